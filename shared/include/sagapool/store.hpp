@@ -1,0 +1,186 @@
+#pragma once
+// The store interface every backend implements (SQLite, PostgreSQL).
+//
+// Contract (DESIGN.md, "States and stages" and "Stores"):
+// - Every write is conditional and idempotent per record. A batch call groups
+//   many such writes into one round trip / one transaction on this store;
+//   results are reported per record, in input order, and a batch gives the
+//   same result as applying its records one by one in that order.
+// - Transfer writes are fenced by (owner, epoch). Leases are computed on the
+//   store's clock (`now_ms`), never on the caller's.
+// - Legs are made idempotent by the posting journal, and fenced against
+//   zombies by leg voids: once a cancel has voided a leg, that leg can never
+//   post (see LegOp).
+// - A Store object is used by one thread at a time; open one per thread.
+// - Errors are mapped onto ErrorKind inside the backend: busy / lost
+//   connection -> retry_call or retry_stage; constraint violations that mean
+//   "already applied" are success; anything else is fatal with a message.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sagapool/domain.hpp"
+#include "sagapool/request.hpp"
+#include "sagapool/status.hpp"
+
+namespace sagapool {
+
+inline constexpr int kSchemaVersion = 1;
+
+// Recorded in every store by `sagactl init` so that processes given the
+// stores in another number or order refuse to start instead of misplacing
+// money.
+struct Topology {
+  std::string ledger_id;  // shared by all shards of one ledger
+  int shard_index = 0;
+  int shard_count = 1;
+  int schema_version = 0;
+};
+
+// ---- transfer documents (held by the first store) -------------------------
+
+struct NewTransfer {
+  RequestView request;  // views into the message bytes
+  std::uint64_t payload_hash = 0;
+  std::int64_t requested_at_ms = 0;
+  std::string_view origin_topic;
+  std::int32_t origin_partition = -1;
+  std::int64_t origin_offset = -1;
+};
+
+enum class InsertResult : std::uint8_t { inserted, duplicate, conflict };
+
+// Conditional state change: applies only if the record is in `from` and
+// owned by (owner, epoch). Renews the lease; a terminal `to` also sets
+// finished_at and notified = false. `reason` is written as given.
+struct Transition {
+  std::string_view id;
+  TransferState from = TransferState::initial;
+  TransferState to = TransferState::initial;
+  Reason reason = Reason::none;
+  std::string_view owner;
+  std::int64_t epoch = 0;
+};
+
+// Per-state figures for monitoring, computed from indexed columns.
+struct StateStats {
+  std::int64_t count = 0;
+  std::int64_t oldest_created_ms = 0;  // 0 when count == 0
+  std::int64_t stuck = 0;              // non-terminal with an expired lease
+};
+using StateStatsTable = std::array<StateStats, kTransferStateCount>;
+
+// ---- accounts and legs (every store holds the accounts that hash to it) ---
+
+enum class LegOp : std::uint8_t {
+  // Check account exists, unlocked, currency, funds/overflow; write the
+  // posting, the balance and the pending entry together. If the journal
+  // already holds the posting: already_posted. If the leg was voided: voided.
+  debit,
+  credit,
+  // If the debit is posted: post reverse_debit once (reversed) and drop the
+  // pending entry; otherwise void the debit so it can never post (voided).
+  cancel_debit,
+  // If the credit is posted: credit_posted (the transfer must roll forward);
+  // otherwise void the credit so it can never post (voided).
+  cancel_credit,
+  // Drop this transfer's pending entries on the account (released).
+  release,
+};
+
+struct LegRequest {
+  LegOp op = LegOp::debit;
+  std::string_view transfer_id;
+  std::string_view account_id;
+  std::int64_t amount = 0;
+  std::string_view currency;  // debit/credit: required currency, empty = any
+};
+
+enum class LegStatus : std::uint8_t {
+  posted,
+  already_posted,
+  refused,  // a business rule failed; LegResult::reason says which
+  voided,
+  reversed,
+  credit_posted,
+  released,
+};
+
+struct LegResult {
+  LegStatus status = LegStatus::refused;
+  Reason reason = Reason::none;
+  std::string account_currency;  // debit/credit: the account's currency ("" = any)
+};
+
+// ---- admin and audit views -------------------------------------------------
+
+struct PendingEntry {
+  std::string account_id;
+  std::string transfer_id;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // The URL with any password removed, for messages and logs.
+  virtual const std::string& display_name() const noexcept = 0;
+
+  // Schema and topology.
+  virtual Status init_schema() = 0;  // create or upgrade; idempotent
+  virtual Status read_topology(std::optional<Topology>& out) = 0;  // nullopt: not initialised
+  virtual Status write_topology(const Topology& t) = 0;
+  virtual Status now_ms(std::int64_t& out) = 0;  // the store's clock
+
+  // Transfers.
+  virtual Status insert_transfers(std::span<const NewTransfer> batch, std::string_view owner,
+                                  std::int64_t lease_ms, std::span<InsertResult> results) = 0;
+  virtual Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
+                            std::span<std::uint8_t> applied) = 0;
+  // Claims up to `limit` transfers whose lease expired on the store's clock
+  // and that are non-terminal or terminal with notified = false: owner :=
+  // `owner`, epoch += 1, attempts += 1, a new lease. Returns the claimed docs.
+  virtual Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
+                               std::vector<TransferDoc>& out) = 0;
+  // Claims one transfer regardless of its lease (operator commands).
+  virtual Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
+                           std::optional<TransferDoc>& out) = 0;
+  virtual Status mark_notified(std::span<const std::string_view> ids) = 0;
+  virtual Status load_transfer(std::string_view id, std::optional<TransferDoc>& out) = 0;
+  // Non-terminal transfers last modified before `before_ms`, oldest first.
+  virtual Status list_stale(std::int64_t before_ms, std::size_t limit,
+                            std::vector<TransferDoc>& out) = 0;
+  virtual Status state_stats(StateStatsTable& out) = 0;
+  virtual Status scan_transfer_states(
+      const std::function<void(std::string_view id, TransferState s, bool notified)>& fn) = 0;
+
+  // Accounts and legs.
+  virtual Status apply_legs(std::span<const LegRequest> batch, std::span<LegResult> results) = 0;
+  // Inserts all accounts or none; an existing id is a fatal error naming it.
+  virtual Status create_accounts(std::span<const Account> accounts) = 0;
+  virtual Status load_account(std::string_view id, std::optional<Account>& out) = 0;
+  virtual Status set_locked(std::string_view id, bool locked, bool& found) = 0;
+  virtual Status postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) = 0;
+  virtual Status postings_for_account(std::string_view account_id, std::size_t limit,
+                                      std::vector<Posting>& out) = 0;
+  virtual Status pending_for_account(std::string_view account_id,
+                                     std::vector<std::string>& transfer_ids) = 0;
+  virtual Status scan_accounts(const std::function<void(const Account&)>& fn) = 0;
+  virtual Status scan_postings(const std::function<void(const Posting&)>& fn) = 0;
+  virtual Status scan_pending(const std::function<void(const PendingEntry&)>& fn) = 0;
+};
+
+// Opens `url`: `sqlite:PATH` or a PostgreSQL URI / conninfo. Does not create
+// the schema (that is `sagactl init`).
+Status open_store(std::string_view url, std::unique_ptr<Store>& out);
+
+}  // namespace sagapool

@@ -1,0 +1,86 @@
+#include "sagapool/config.hpp"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <iostream>
+
+namespace sagapool {
+
+std::optional<std::int64_t> parse_duration_ms(std::string_view text) noexcept {
+  std::int64_t value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr == begin || value < 0) return std::nullopt;
+  const std::string_view unit(ptr, static_cast<std::size_t>(end - ptr));
+  std::int64_t scale = 0;
+  if (unit.empty() || unit == "s") scale = 1000;
+  else if (unit == "ms") scale = 1;
+  else if (unit == "m") scale = 60'000;
+  else if (unit == "h") scale = 3'600'000;
+  else return std::nullopt;
+  if (value > INT64_MAX / scale) return std::nullopt;
+  return value * scale;
+}
+
+void finish_cli(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string& name = opt->get_single_name();
+    if (opt->get_lnames().empty() || name == "help") continue;
+    std::string env = "SAGA_";
+    for (char c : name) {
+      env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    opt->envname(env);
+  }
+  app.set_config("--config", "", "read flags from a TOML file (key = value, flag names as keys)");
+  app.footer(
+      "Every flag can also be set through the environment variable SAGA_<FLAG_NAME> (for\n"
+      "example --batch-size -> SAGA_BATCH_SIZE) or in the --config TOML file.\n"
+      "Precedence: flag > environment > config file > default.");
+}
+
+std::optional<int> parse_cli(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << app.get_name() << ": " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<KeyValue>> parse_key_values(const std::vector<std::string>& items,
+                                                      std::string& error) {
+  std::vector<KeyValue> out;
+  out.reserve(items.size());
+  for (const std::string& item : items) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      error = "expected key=value, got '" + item.substr(0, item.find('=')) + "'";
+      return std::nullopt;
+    }
+    out.push_back({item.substr(0, eq), item.substr(eq + 1)});
+  }
+  return out;
+}
+
+bool is_secret_key(std::string_view key) noexcept {
+  static constexpr std::string_view kMarkers[] = {"password", "secret", "sasl.jaas", "key.pem",
+                                                  "token", "oauthbearer.config"};
+  std::string lower(key);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return std::any_of(std::begin(kMarkers), std::end(kMarkers),
+                     [&](std::string_view m) { return lower.find(m) != std::string::npos; });
+}
+
+}  // namespace sagapool

@@ -1,0 +1,73 @@
+#include "sagapool/log.hpp"
+
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace sagapool {
+namespace {
+
+class JsonMessageFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    std::string escaped;
+    append_json_escaped(escaped, std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(escaped.data(), escaped.data() + escaped.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonMessageFlag>();
+  }
+};
+
+}  // namespace
+
+std::optional<LogFormat> parse_log_format(std::string_view s) noexcept {
+  if (s == "text") return LogFormat::text;
+  if (s == "json") return LogFormat::json;
+  return std::nullopt;
+}
+
+void append_json_escaped(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out += kHex[c >> 4];
+          out += kHex[c & 0xF];
+        } else {
+          out += ch;
+        }
+    }
+  }
+}
+
+void init_logging(std::string_view program, LogFormat format) {
+  auto logger = spdlog::stdout_logger_mt(std::string(program));
+  if (format == LogFormat::json) {
+    auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+    formatter->add_flag<JsonMessageFlag>('*').set_pattern(
+        R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","logger":"%n","msg":"%*"})");
+    logger->set_formatter(std::move(formatter));
+  } else {
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %^%-5l%$ %n: %v", spdlog::pattern_time_type::utc);
+  }
+  const char* level = std::getenv("SAGA_LOG_LEVEL");
+  logger->set_level(level ? spdlog::level::from_str(level) : spdlog::level::info);
+  logger->flush_on(spdlog::level::warn);
+  spdlog::set_default_logger(std::move(logger));
+  spdlog::flush_every(std::chrono::seconds(1));
+}
+
+}  // namespace sagapool

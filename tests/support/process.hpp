@@ -1,0 +1,84 @@
+#pragma once
+// Child processes and temporary folders for tests that start real programs
+// and servers. Every child is killed (SIGKILL) when its Process goes out of
+// scope, so a failing test never leaves a server behind.
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sagapool::test {
+
+// The folder holding the built programs (build/bin).
+std::filesystem::path bin_dir();
+std::filesystem::path bin(const std::string& program);
+std::filesystem::path source_dir();
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "sagapool-test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+class Process {
+ public:
+  Process() = default;
+  // Starts argv[0] with argv; stdout and stderr go to `log_file` (appended).
+  // `env` entries ("K=V") are added to the current environment.
+  static Process start(const std::vector<std::string>& argv, const std::filesystem::path& log_file,
+                       const std::vector<std::string>& env = {});
+  Process(Process&& other) noexcept;
+  Process& operator=(Process&& other) noexcept;
+  ~Process();
+
+  pid_t pid() const { return pid_; }
+  bool running();
+  void signal(int sig) const;
+  // Waits for exit; the exit code (128+signal if killed), or nullopt on timeout.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  // SIGTERM, wait up to `grace`, then SIGKILL.
+  int stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+// Runs a program to completion; returns its exit code and captured output.
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr interleaved
+};
+RunResult run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+              std::chrono::milliseconds timeout = std::chrono::seconds(120));
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_loopback_port();
+
+// Reads a whole file ("" if missing).
+std::string read_file(const std::filesystem::path& p);
+
+// Polls `pred` every 50 ms until it holds or `timeout` passes.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+}  // namespace sagapool::test
+
