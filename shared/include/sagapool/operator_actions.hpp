@@ -1,0 +1,45 @@
+#pragma once
+// What an operator may do to one transfer (`sagactl cancel|retry`): both
+// take the transfer over by bumping its epoch (fencing out the worker that
+// held it) and drive it with the same engine the workers use.
+#include <string>
+#include <string_view>
+
+#include "sagapool/saga_engine.hpp"
+
+namespace sagapool {
+
+enum class ActionResult {
+  done,         // the action took effect; `message` says the final state
+  refused,      // not allowed in the transfer's state; `message` says why and what to do
+  not_found,
+};
+
+struct ActionOutcome {
+  ActionResult result = ActionResult::not_found;
+  TransferState state = TransferState::initial;  // the transfer's state afterwards
+  std::string message;
+};
+
+// Cancels a transfer that has not applied: initial/pending/canceling ->
+// canceled with reason canceled_by_operator, reversing a posted debit.
+// Refused once applied (the fix is a new reverse transfer). If compensation
+// finds both legs already posted, the transfer rolls forward and the cancel
+// is reported as refused.
+Status cancel_transfer(Ledger& ledger, std::string_view id, std::string_view operator_id,
+                       SagaObserver& observer, ActionOutcome& out);
+
+// Resumes a non-terminal transfer now instead of after its lease.
+Status retry_transfer(Ledger& ledger, std::string_view id, std::string_view operator_id,
+                      SagaObserver& observer, ActionOutcome& out);
+
+// An observer that records nothing, for tools and tests.
+class NullObserver final : public SagaObserver {
+ public:
+  void on_transitions(TransferState, TransferState, std::size_t) override {}
+  void on_compensation(Reason) override {}
+  void on_stage(std::string_view, std::chrono::nanoseconds) override {}
+  void on_store_error(std::string_view, const Status&) override {}
+};
+
+}  // namespace sagapool

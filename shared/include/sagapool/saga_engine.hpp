@@ -1,0 +1,96 @@
+#pragma once
+// The saga stage engine: drives batches of transfers through
+// initial -> pending -> applied -> done, or -> canceling -> canceled, with one
+// conditional write per record per stage and one store round trip per stage
+// per shard for the whole batch (DESIGN.md, "States and stages").
+//
+// Zombie safety: every transfer write is fenced by (owner, epoch); legs are
+// idempotent through the posting journal, and compensation voids a leg
+// before it can post, so a paused worker that wakes up can neither post a
+// leg of a canceled transfer nor move a transfer backwards.
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sagapool/domain.hpp"
+#include "sagapool/ledger.hpp"
+#include "sagapool/status.hpp"
+
+namespace sagapool {
+
+// What the engine reports as it goes (metrics live behind this).
+class SagaObserver {
+ public:
+  virtual ~SagaObserver() = default;
+  virtual void on_transitions(TransferState from, TransferState to, std::size_t count) = 0;
+  virtual void on_compensation(Reason reason) = 0;
+  virtual void on_stage(std::string_view stage, std::chrono::nanoseconds elapsed) = 0;
+  virtual void on_store_error(std::string_view op, const Status& error) = 0;
+};
+
+// One transfer as the engine carries it through a batch.
+struct SagaItem {
+  std::string id;
+  std::string source;
+  std::string destination;
+  std::string currency;  // the request's, or the source account's once debited
+  std::int64_t amount = 0;
+  std::int64_t epoch = 0;
+  std::int64_t requested_at_ms = 0;
+  TransferState state = TransferState::initial;
+  Reason reason = Reason::none;
+  // Set when a conditional write did not apply (another owner took over) or a
+  // store error left the item for recovery: the engine stops touching it.
+  bool dropped = false;
+
+  void assign(const TransferDoc& doc);
+};
+
+class SagaEngine {
+ public:
+  struct Options {
+    std::string owner;
+    std::int64_t lease_ms = 30'000;
+    int call_retries = 5;  // retry_call errors are retried this often per call
+  };
+
+  SagaEngine(Ledger& ledger, Options options, SagaObserver* observer);
+  ~SagaEngine();
+  SagaEngine(const SagaEngine&) = delete;
+  SagaEngine& operator=(const SagaEngine&) = delete;
+
+  // Advances every item (owned at item.epoch) until it is terminal or
+  // dropped. Returns a non-ok Status only for fatal errors; transient store
+  // errors drop the affected items, which recovery picks up after their lease.
+  Status run(std::vector<SagaItem>& items);
+
+ private:
+  struct ShardBatch;
+  Status step_initial(std::vector<SagaItem>& items);
+  Status step_legs(std::vector<SagaItem>& items);
+  Status step_compensate_and_release(std::vector<SagaItem>& items);
+  Status write_transitions(std::vector<SagaItem>& items, const char* stage);
+  Status run_legs(std::vector<ShardBatch>& shards, const char* stage);
+  template <typename Call>
+  Status with_retries(std::string_view op, Call&& call);
+
+  Ledger& ledger_;
+  Options options_;
+  SagaObserver* observer_;
+
+  // Reused across batches so the hot path does not allocate per transfer.
+  struct Pending {
+    std::size_t item;
+    TransferState to;
+    Reason reason;
+  };
+  std::vector<Pending> transitions_;
+  std::vector<Transition> transition_batch_;
+  std::vector<std::uint8_t> applied_;
+  std::vector<ShardBatch> shards_;     // first legs of a stage, per shard
+  std::vector<ShardBatch> followups_;  // legs that depend on their results
+};
+
+}  // namespace sagapool

@@ -1,0 +1,297 @@
+#include "sagapool/saga_engine.hpp"
+
+#include <array>
+#include <thread>
+
+namespace sagapool {
+
+void SagaItem::assign(const TransferDoc& doc) {
+  id = doc.id;
+  source = doc.source;
+  destination = doc.destination;
+  currency = doc.currency;
+  amount = doc.amount;
+  epoch = doc.epoch;
+  requested_at_ms = doc.requested_at_ms;
+  state = doc.state;
+  reason = doc.reason;
+  dropped = false;
+}
+
+// The legs bound for one shard in one stage, with the item each belongs to.
+struct SagaEngine::ShardBatch {
+  std::vector<LegRequest> legs;
+  std::vector<std::size_t> item;
+  std::vector<LegResult> results;
+  bool failed = false;
+
+  void clear() {
+    legs.clear();
+    item.clear();
+    failed = false;
+  }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A leg result the engine did not ask for means the store broke its contract.
+Status unexpected(const LegRequest& leg, LegStatus status) {
+  return Status::fatal("store returned leg status " + std::to_string(static_cast<int>(status)) +
+                       " for leg " + std::to_string(static_cast<int>(leg.op)) + " of transfer " +
+                       std::string(leg.transfer_id));
+}
+
+}  // namespace
+
+SagaEngine::SagaEngine(Ledger& ledger, Options options, SagaObserver* observer)
+    : ledger_(ledger), options_(std::move(options)), observer_(observer) {
+  shards_.resize(ledger_.shard_count());
+  followups_.resize(ledger_.shard_count());
+}
+
+SagaEngine::~SagaEngine() = default;
+
+template <typename Call>
+Status SagaEngine::with_retries(std::string_view op, Call&& call) {
+  for (int attempt = 0;; ++attempt) {
+    Status s = call();
+    if (s) return s;
+    observer_->on_store_error(op, s);
+    if (s.kind() != ErrorKind::retry_call || attempt >= options_.call_retries) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 10 << attempt)));
+  }
+}
+
+Status SagaEngine::run(std::vector<SagaItem>& items) {
+  // A roll-forward (canceling -> applied) needs one more round; nothing else
+  // does, so the bound is never reached by a healthy batch.
+  constexpr int kMaxRounds = 4;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    if (Status s = step_initial(items); !s) return s;
+    if (Status s = step_legs(items); !s) return s;
+    if (Status s = step_compensate_and_release(items); !s) return s;
+    bool open = false;
+    for (const SagaItem& it : items) open |= !it.dropped && !is_terminal(it.state);
+    if (!open) break;
+  }
+  return Status::ok();
+}
+
+Status SagaEngine::step_initial(std::vector<SagaItem>& items) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].dropped && items[i].state == TransferState::initial) {
+      transitions_.push_back({i, TransferState::pending, Reason::none});
+    }
+  }
+  return write_transitions(items, "claim");
+}
+
+Status SagaEngine::run_legs(std::vector<ShardBatch>& shards, const char* stage) {
+  const auto started = Clock::now();
+  bool any = false;
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    ShardBatch& b = shards[s];
+    if (b.legs.empty()) continue;
+    any = true;
+    b.results.resize(b.legs.size());
+    Status st = with_retries(stage, [&] { return ledger_.shard(s).apply_legs(b.legs, b.results); });
+    if (st.kind() == ErrorKind::fatal) return st;
+    b.failed = !st.is_ok();
+  }
+  if (any) observer_->on_stage(stage, Clock::now() - started);
+  return Status::ok();
+}
+
+Status SagaEngine::step_legs(std::vector<SagaItem>& items) {
+  // Debits for every pending item, then credits for those whose debit is in
+  // the journal: a transfer with both legs posted always rolls forward.
+  for (ShardBatch& b : shards_) b.clear();
+  bool any = false;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const SagaItem& it = items[i];
+    if (it.dropped || it.state != TransferState::pending) continue;
+    ShardBatch& b = shards_[ledger_.shard_index(it.source)];
+    b.legs.push_back({LegOp::debit, it.id, it.source, it.amount, it.currency});
+    b.item.push_back(i);
+    any = true;
+  }
+  if (!any) return Status::ok();
+  if (Status s = run_legs(shards_, "debit"); !s) return s;
+
+  for (ShardBatch& b : followups_) b.clear();
+  for (ShardBatch& d : shards_) {
+    for (std::size_t k = 0; k < d.legs.size(); ++k) {
+      SagaItem& it = items[d.item[k]];
+      if (d.failed) {
+        it.dropped = true;
+        continue;
+      }
+      const LegResult& r = d.results[k];
+      switch (r.status) {
+        case LegStatus::posted:
+        case LegStatus::already_posted: {
+          if (it.currency.empty()) it.currency = r.account_currency;
+          ShardBatch& c = followups_[ledger_.shard_index(it.destination)];
+          c.legs.push_back({LegOp::credit, it.id, it.destination, it.amount, it.currency});
+          c.item.push_back(d.item[k]);
+          break;
+        }
+        case LegStatus::refused:
+          transitions_.push_back({d.item[k], TransferState::canceling, r.reason});
+          break;
+        case LegStatus::voided:  // canceled by someone else: our epoch is stale
+          it.dropped = true;
+          break;
+        default:
+          return unexpected(d.legs[k], r.status);
+      }
+    }
+  }
+  if (Status s = run_legs(followups_, "credit"); !s) return s;
+  for (ShardBatch& c : followups_) {
+    for (std::size_t k = 0; k < c.legs.size(); ++k) {
+      SagaItem& it = items[c.item[k]];
+      if (c.failed) {
+        it.dropped = true;
+        continue;
+      }
+      const LegResult& r = c.results[k];
+      switch (r.status) {
+        case LegStatus::posted:
+        case LegStatus::already_posted:
+          transitions_.push_back({c.item[k], TransferState::applied, Reason::none});
+          break;
+        case LegStatus::refused:
+          transitions_.push_back({c.item[k], TransferState::canceling, r.reason});
+          break;
+        case LegStatus::voided:
+          it.dropped = true;
+          break;
+        default:
+          return unexpected(c.legs[k], r.status);
+      }
+    }
+  }
+  return write_transitions(items, "apply");
+}
+
+Status SagaEngine::step_compensate_and_release(std::vector<SagaItem>& items) {
+  // Compensation voids the credit before touching the debit, so a zombie can
+  // never credit a transfer whose debit was reversed.
+  for (ShardBatch& b : shards_) b.clear();
+  bool any = false;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const SagaItem& it = items[i];
+    if (it.dropped) continue;
+    if (it.state == TransferState::canceling) {
+      ShardBatch& b = shards_[ledger_.shard_index(it.destination)];
+      b.legs.push_back({LegOp::cancel_credit, it.id, it.destination, it.amount, {}});
+      b.item.push_back(i);
+      any = true;
+    } else if (it.state == TransferState::applied) {
+      for (std::string_view account : {std::string_view(it.source), std::string_view(it.destination)}) {
+        ShardBatch& b = shards_[ledger_.shard_index(account)];
+        b.legs.push_back({LegOp::release, it.id, account, it.amount, {}});
+        b.item.push_back(i);
+      }
+      any = true;
+    }
+  }
+  if (!any) return Status::ok();
+  if (Status s = run_legs(shards_, "cleanup"); !s) return s;
+
+  // Items whose credit is now void get their debit reversed (or voided).
+  for (ShardBatch& b : followups_) b.clear();
+  for (ShardBatch& b : shards_) {
+    for (std::size_t k = 0; k < b.legs.size(); ++k) {
+      SagaItem& it = items[b.item[k]];
+      if (b.failed) {
+        it.dropped = true;
+        continue;
+      }
+      const LegResult& r = b.results[k];
+      if (b.legs[k].op == LegOp::release) {
+        if (r.status != LegStatus::released) return unexpected(b.legs[k], r.status);
+        continue;
+      }
+      if (r.status == LegStatus::credit_posted) {
+        transitions_.push_back({b.item[k], TransferState::applied, Reason::none});
+      } else if (r.status == LegStatus::voided) {
+        ShardBatch& d = followups_[ledger_.shard_index(it.source)];
+        d.legs.push_back({LegOp::cancel_debit, it.id, it.source, it.amount, {}});
+        d.item.push_back(b.item[k]);
+      } else {
+        return unexpected(b.legs[k], r.status);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].dropped && items[i].state == TransferState::applied) {
+      transitions_.push_back({i, TransferState::done, Reason::none});
+    }
+  }
+
+  if (Status s = run_legs(followups_, "compensate"); !s) return s;
+  for (ShardBatch& b : followups_) {
+    for (std::size_t k = 0; k < b.legs.size(); ++k) {
+      SagaItem& it = items[b.item[k]];
+      if (b.failed) {
+        it.dropped = true;
+        continue;
+      }
+      const LegStatus st = b.results[k].status;
+      if (st != LegStatus::reversed && st != LegStatus::voided) return unexpected(b.legs[k], st);
+      transitions_.push_back({b.item[k], TransferState::canceled, it.reason});
+      observer_->on_compensation(it.reason);
+    }
+  }
+  return write_transitions(items, "finish");
+}
+
+Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* stage) {
+  if (transitions_.empty()) return Status::ok();
+  const auto started = Clock::now();
+  transition_batch_.clear();
+  for (const Pending& p : transitions_) {
+    const SagaItem& it = items[p.item];
+    if (!is_legal_transition(it.state, p.to)) {
+      return Status::fatal("engine attempted illegal transition " + std::string(to_string(it.state)) +
+                           " -> " + std::string(to_string(p.to)) + " for transfer " + it.id);
+    }
+    transition_batch_.push_back({it.id, it.state, p.to, p.reason, options_.owner, it.epoch});
+  }
+  applied_.assign(transition_batch_.size(), 0);
+  Status s = with_retries("transition", [&] {
+    return ledger_.transfers().transition(transition_batch_, options_.lease_ms, applied_);
+  });
+  if (s.kind() == ErrorKind::fatal) {
+    transitions_.clear();
+    return s;
+  }
+  std::array<std::array<std::size_t, kTransferStateCount>, kTransferStateCount> counts{};
+  for (std::size_t k = 0; k < transitions_.size(); ++k) {
+    SagaItem& it = items[transitions_[k].item];
+    if (!s || !applied_[k]) {
+      it.dropped = true;  // fenced out, or left for recovery after a store error
+      continue;
+    }
+    ++counts[static_cast<std::size_t>(it.state)][static_cast<std::size_t>(transitions_[k].to)];
+    it.state = transitions_[k].to;
+    it.reason = transitions_[k].reason;
+  }
+  transitions_.clear();
+  for (std::size_t f = 0; f < counts.size(); ++f) {
+    for (std::size_t t = 0; t < counts[f].size(); ++t) {
+      if (counts[f][t] != 0) {
+        observer_->on_transitions(static_cast<TransferState>(f), static_cast<TransferState>(t),
+                                  counts[f][t]);
+      }
+    }
+  }
+  observer_->on_stage(stage, Clock::now() - started);
+  return Status::ok();
+}
+
+}  // namespace sagapool

@@ -1,0 +1,859 @@
+// SQLite backend of the store interface: the embedded default.
+//
+// One connection per Store; WAL mode so readers never block the writer;
+// every batch call is one BEGIN IMMEDIATE transaction (one fsync with
+// synchronous=FULL), so a batch is atomic and applies its records in input
+// order. The store's clock is this host's clock: every process sharing the
+// file runs on the same host.
+#include <sqlite3.h>
+
+#include <chrono>
+#include <thread>
+
+#include "sagapool/sqlite_store.hpp"
+#include "sqlite_util.hpp"
+
+namespace sagapool {
+namespace {
+
+constexpr const char* kSchema[] = {
+    R"(CREATE TABLE IF NOT EXISTS meta (
+         key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID)",
+    R"(CREATE TABLE IF NOT EXISTS transfers (
+         id TEXT PRIMARY KEY,
+         source TEXT NOT NULL, destination TEXT NOT NULL, amount INTEGER NOT NULL,
+         currency TEXT NOT NULL, metadata TEXT NOT NULL, payload_hash INTEGER NOT NULL,
+         state TEXT NOT NULL, owner TEXT NOT NULL, epoch INTEGER NOT NULL,
+         lease_until INTEGER NOT NULL, reason TEXT NOT NULL,
+         created_at INTEGER NOT NULL, last_modified INTEGER NOT NULL,
+         requested_at INTEGER NOT NULL, finished_at INTEGER NOT NULL,
+         attempts INTEGER NOT NULL, notified INTEGER NOT NULL,
+         origin_topic TEXT NOT NULL, origin_partition INTEGER NOT NULL,
+         origin_offset INTEGER NOT NULL) WITHOUT ROWID)",
+    // The recovery pass and the stuck gauges read only unfinished work.
+    R"(CREATE INDEX IF NOT EXISTS transfers_unfinished ON transfers(lease_until)
+         WHERE state IN ('initial','pending','applied','canceling') OR notified = 0)",
+    R"(CREATE INDEX IF NOT EXISTS transfers_state ON transfers(state, created_at))",
+    R"(CREATE TABLE IF NOT EXISTS accounts (
+         id TEXT PRIMARY KEY, balance INTEGER NOT NULL, opening_balance INTEGER NOT NULL,
+         min_balance INTEGER NOT NULL, currency TEXT NOT NULL,
+         locked INTEGER NOT NULL) WITHOUT ROWID)",
+    R"(CREATE TABLE IF NOT EXISTS postings (
+         transfer_id TEXT NOT NULL, account_id TEXT NOT NULL, kind TEXT NOT NULL,
+         amount INTEGER NOT NULL, at INTEGER NOT NULL,
+         PRIMARY KEY (transfer_id, account_id, kind)) WITHOUT ROWID)",
+    R"(CREATE INDEX IF NOT EXISTS postings_account ON postings(account_id, at))",
+    R"(CREATE TABLE IF NOT EXISTS pending (
+         account_id TEXT NOT NULL, transfer_id TEXT NOT NULL,
+         PRIMARY KEY (account_id, transfer_id)) WITHOUT ROWID)",
+    // A void fences a leg against zombies: once present, that leg never posts.
+    R"(CREATE TABLE IF NOT EXISTS leg_voids (
+         transfer_id TEXT NOT NULL, account_id TEXT NOT NULL, kind TEXT NOT NULL,
+         PRIMARY KEY (transfer_id, account_id, kind)) WITHOUT ROWID)",
+};
+
+constexpr const char* kTransferColumns =
+    "id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, "
+    "lease_until, reason, created_at, last_modified, requested_at, finished_at, attempts, "
+    "notified, origin_topic, origin_partition, origin_offset";
+
+std::int64_t wall_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string_view leg_kind_name(LegOp op) {
+  return op == LegOp::debit || op == LegOp::cancel_debit ? "debit" : "credit";
+}
+
+class SqliteStore final : public Store {
+ public:
+  SqliteStore(std::string path, SqlitePtr db) : name_("sqlite:" + path), db_(std::move(db)) {}
+
+  const std::string& display_name() const noexcept override { return name_; }
+
+  Status configure() {
+    for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
+                               "PRAGMA foreign_keys=OFF", "PRAGMA temp_store=MEMORY",
+                               "PRAGMA cache_size=-65536"}) {
+      if (Status s = exec(pragma); !s) return s;
+    }
+    sqlite3_busy_timeout(db_.get(), 10'000);
+    return Status::ok();
+  }
+
+  Status init_schema() override {
+    Tx tx(*this);
+    if (Status s = tx.begin(); !s) return s;
+    for (const char* stmt : kSchema) {
+      if (Status s = exec(stmt); !s) return s;
+    }
+    if (Status s = exec("INSERT INTO meta(key, value) VALUES ('schema_version', '" +
+                        std::to_string(kSchemaVersion) +
+                        "') ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+        !s)
+      return s;
+    return tx.commit();
+  }
+
+  Status read_topology(std::optional<Topology>& out) override {
+    out.reset();
+    if (Status s = has_table("meta", out_bool_); !s) return s;
+    if (!out_bool_) return Status::ok();
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT key, value FROM meta", st); !s) return s;
+    Topology t;
+    int found = 0;
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "read topology");
+      const std::string key = column_text(st->get(), 0);
+      const std::string value = column_text(st->get(), 1);
+      if (key == "ledger_id") t.ledger_id = value, ++found;
+      else if (key == "shard_index") t.shard_index = std::stoi(value), ++found;
+      else if (key == "shard_count") t.shard_count = std::stoi(value), ++found;
+      else if (key == "schema_version") t.schema_version = std::stoi(value);
+    }
+    if (found == 3) out = t;
+    return Status::ok();
+  }
+
+  Status write_topology(const Topology& t) override {
+    Tx tx(*this);
+    if (Status s = tx.begin(); !s) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare("INSERT INTO meta(key, value) VALUES (?1, ?2) "
+                           "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                           st);
+        !s)
+      return s;
+    const std::pair<const char*, std::string> rows[] = {
+        {"ledger_id", t.ledger_id},
+        {"shard_index", std::to_string(t.shard_index)},
+        {"shard_count", std::to_string(t.shard_count)}};
+    for (const auto& [k, v] : rows) {
+      bind(st, 1, k);
+      bind(st, 2, v);
+      if (Status s = step_done(st, "write topology"); !s) return s;
+    }
+    return tx.commit();
+  }
+
+  Status now_ms(std::int64_t& out) override {
+    out = wall_now_ms();
+    return Status::ok();
+  }
+
+  // ---- transfers ----------------------------------------------------------
+
+  Status insert_transfers(std::span<const NewTransfer> batch, std::string_view owner,
+                          std::int64_t lease_ms, std::span<InsertResult> results) override {
+    Tx tx(*this);
+    if (Status s = tx.begin(); !s) return s;
+    Stmt* ins = nullptr;
+    Stmt* get = nullptr;
+    if (Status s = prepare(
+            "INSERT INTO transfers(id, source, destination, amount, currency, metadata, "
+            "payload_hash, state, owner, epoch, lease_until, reason, created_at, last_modified, "
+            "requested_at, finished_at, attempts, notified, origin_topic, origin_partition, "
+            "origin_offset) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'initial', ?8, 1, ?9, 'none', "
+            "?10, ?10, ?11, 0, 0, 0, ?12, ?13, ?14) ON CONFLICT(id) DO NOTHING",
+            ins);
+        !s)
+      return s;
+    if (Status s = prepare("SELECT payload_hash, source, destination, amount, currency, "
+                           "metadata FROM transfers WHERE id = ?1",
+                           get);
+        !s)
+      return s;
+    const std::int64_t now = wall_now_ms();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const NewTransfer& t = batch[i];
+      const RequestView& r = t.request;
+      bind(ins, 1, r.id);
+      bind(ins, 2, r.from);
+      bind(ins, 3, r.to);
+      bind(ins, 4, r.amount);
+      bind(ins, 5, r.currency);
+      bind(ins, 6, r.metadata);
+      bind(ins, 7, static_cast<std::int64_t>(t.payload_hash));
+      bind(ins, 8, owner);
+      bind(ins, 9, now + lease_ms);
+      bind(ins, 10, now);
+      bind(ins, 11, t.requested_at_ms);
+      bind(ins, 12, t.origin_topic);
+      bind(ins, 13, static_cast<std::int64_t>(t.origin_partition));
+      bind(ins, 14, t.origin_offset);
+      if (Status s = step_done(ins, "insert transfer"); !s) return s;
+      if (sqlite3_changes(db_.get()) == 1) {
+        results[i] = InsertResult::inserted;
+        continue;
+      }
+      bind(get, 1, r.id);
+      if (sqlite3_step(get->get()) != SQLITE_ROW) {
+        sqlite3_reset(get->get());
+        return Status::fatal("transfer " + std::string(r.id) + " vanished during insert");
+      }
+      sqlite3_stmt* g = get->get();
+      const bool same =
+          static_cast<std::uint64_t>(sqlite3_column_int64(g, 0)) == t.payload_hash &&
+          column_view(g, 1) == r.from && column_view(g, 2) == r.to &&
+          sqlite3_column_int64(g, 3) == r.amount && column_view(g, 4) == r.currency &&
+          column_view(g, 5) == r.metadata;
+      sqlite3_reset(g);
+      results[i] = same ? InsertResult::duplicate : InsertResult::conflict;
+    }
+    return tx.commit();
+  }
+
+  Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
+                    std::span<std::uint8_t> applied) override {
+    Tx tx(*this);
+    if (Status s = tx.begin(); !s) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare(
+            "UPDATE transfers SET state = ?1, reason = ?2, last_modified = ?3, lease_until = ?4, "
+            "finished_at = CASE WHEN ?7 THEN ?3 ELSE finished_at END, "
+            "notified = CASE WHEN ?7 THEN 0 ELSE notified END "
+            "WHERE id = ?5 AND state = ?6 AND owner = ?8 AND epoch = ?9",
+            st);
+        !s)
+      return s;
+    const std::int64_t now = wall_now_ms();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const Transition& t = batch[i];
+      bind(st, 1, to_string(t.to));
+      bind(st, 2, to_string(t.reason));
+      bind(st, 3, now);
+      bind(st, 4, now + lease_ms);
+      bind(st, 5, t.id);
+      bind(st, 6, to_string(t.from));
+      bind(st, 7, static_cast<std::int64_t>(is_terminal(t.to)));
+      bind(st, 8, t.owner);
+      bind(st, 9, t.epoch);
+      if (Status s = step_done(st, "transition"); !s) return s;
+      applied[i] = static_cast<std::uint8_t>(sqlite3_changes(db_.get()) == 1);
+    }
+    return tx.commit();
+  }
+
+  Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
+                       std::vector<TransferDoc>& out) override {
+    out.clear();
+    Tx tx(*this);
+    if (Status s = tx.begin(); !s) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare(std::string("UPDATE transfers SET owner = ?1, epoch = epoch + 1, "
+                                       "attempts = attempts + 1, lease_until = ?2 + ?3 "
+                                       "WHERE id IN (SELECT id FROM transfers WHERE "
+                                       "(state IN ('initial','pending','applied','canceling') "
+                                       "OR notified = 0) AND lease_until < ?2 "
+                                       "ORDER BY lease_until LIMIT ?4) RETURNING ") +
+                               kTransferColumns,
+                           st);
+        !s)
+      return s;
+    bind(st, 1, owner);
+    bind(st, 2, wall_now_ms());
+    bind(st, 3, lease_ms);
+    bind(st, 4, static_cast<std::int64_t>(limit));
+    if (Status s = read_docs(st, out, "claim expired"); !s) return s;
+    return tx.commit();
+  }
+
+  Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
+                   std::optional<TransferDoc>& out) override {
+    out.reset();
+    Tx tx(*this);
+    if (Status s = tx.begin(); !s) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare(std::string("UPDATE transfers SET owner = ?1, epoch = epoch + 1, "
+                                       "attempts = attempts + 1, lease_until = ?2 "
+                                       "WHERE id = ?3 RETURNING ") +
+                               kTransferColumns,
+                           st);
+        !s)
+      return s;
+    bind(st, 1, owner);
+    bind(st, 2, wall_now_ms() + lease_ms);
+    bind(st, 3, id);
+    std::vector<TransferDoc> docs;
+    if (Status s = read_docs(st, docs, "take over"); !s) return s;
+    if (!docs.empty()) out = std::move(docs.front());
+    return tx.commit();
+  }
+
+  Status mark_notified(std::span<const std::string_view> ids) override {
+    if (ids.empty()) return Status::ok();
+    Tx tx(*this);
+    if (Status s = tx.begin(); !s) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare("UPDATE transfers SET notified = 1 WHERE id = ?1 AND notified = 0 "
+                           "AND state IN ('done', 'canceled')",
+                           st);
+        !s)
+      return s;
+    for (std::string_view id : ids) {
+      bind(st, 1, id);
+      if (Status s = step_done(st, "mark notified"); !s) return s;
+    }
+    return tx.commit();
+  }
+
+  Status load_transfer(std::string_view id, std::optional<TransferDoc>& out) override {
+    out.reset();
+    Stmt* st = nullptr;
+    if (Status s = prepare(std::string("SELECT ") + kTransferColumns +
+                               " FROM transfers WHERE id = ?1",
+                           st);
+        !s)
+      return s;
+    bind(st, 1, id);
+    std::vector<TransferDoc> docs;
+    if (Status s = read_docs(st, docs, "load transfer"); !s) return s;
+    if (!docs.empty()) out = std::move(docs.front());
+    return Status::ok();
+  }
+
+  Status list_stale(std::int64_t before_ms, std::size_t limit,
+                    std::vector<TransferDoc>& out) override {
+    out.clear();
+    Stmt* st = nullptr;
+    if (Status s = prepare(std::string("SELECT ") + kTransferColumns +
+                               " FROM transfers WHERE state IN "
+                               "('initial','pending','applied','canceling') "
+                               "AND last_modified < ?1 ORDER BY last_modified LIMIT ?2",
+                           st);
+        !s)
+      return s;
+    bind(st, 1, before_ms);
+    bind(st, 2, static_cast<std::int64_t>(limit));
+    return read_docs(st, out, "list stale");
+  }
+
+  Status state_stats(StateStatsTable& out) override {
+    out = {};
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT state, count(*), min(created_at), "
+                           "sum(state IN ('initial','pending','applied','canceling') "
+                           "AND lease_until < ?1) FROM transfers GROUP BY state",
+                           st);
+        !s)
+      return s;
+    bind(st, 1, wall_now_ms());
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "state stats");
+      const auto state = parse_transfer_state(column_view(st->get(), 0));
+      if (!state) continue;
+      StateStats& s = out[static_cast<std::size_t>(*state)];
+      s.count = sqlite3_column_int64(st->get(), 1);
+      s.oldest_created_ms = sqlite3_column_int64(st->get(), 2);
+      s.stuck = sqlite3_column_int64(st->get(), 3);
+    }
+    sqlite3_reset(st->get());
+    return Status::ok();
+  }
+
+  Status scan_transfer_states(
+      const std::function<void(std::string_view, TransferState, bool)>& fn) override {
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT id, state, notified FROM transfers", st); !s) return s;
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "scan transfers");
+      const auto state = parse_transfer_state(column_view(st->get(), 1));
+      if (!state) {
+        sqlite3_reset(st->get());
+        return Status::fatal("transfer with unknown state: " + column_text(st->get(), 0));
+      }
+      fn(column_view(st->get(), 0), *state, sqlite3_column_int(st->get(), 2) != 0);
+    }
+    sqlite3_reset(st->get());
+    return Status::ok();
+  }
+
+  // ---- accounts and legs --------------------------------------------------
+
+  Status apply_legs(std::span<const LegRequest> batch, std::span<LegResult> results) override {
+    Tx tx(*this);
+    if (Status s = tx.begin(); !s) return s;
+    Legs legs;
+    if (Status s = prepare_legs(legs); !s) return s;
+    const std::int64_t now = wall_now_ms();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (Status s = apply_leg(legs, batch[i], now, results[i]); !s) return s;
+    }
+    return tx.commit();
+  }
+
+  Status create_accounts(std::span<const Account> accounts) override {
+    Tx tx(*this);
+    if (Status s = tx.begin(); !s) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare("INSERT INTO accounts(id, balance, opening_balance, min_balance, "
+                           "currency, locked) VALUES (?1, ?2, ?2, ?3, ?4, ?5) "
+                           "ON CONFLICT(id) DO NOTHING",
+                           st);
+        !s)
+      return s;
+    for (const Account& a : accounts) {
+      bind(st, 1, a.id);
+      bind(st, 2, a.balance);
+      bind(st, 3, a.min_balance);
+      bind(st, 4, a.currency);
+      bind(st, 5, static_cast<std::int64_t>(a.locked));
+      if (Status s = step_done(st, "create account"); !s) return s;
+      if (sqlite3_changes(db_.get()) != 1) {
+        return Status::fatal("account " + a.id + " already exists; nothing was created");
+      }
+    }
+    return tx.commit();
+  }
+
+  Status load_account(std::string_view id, std::optional<Account>& out) override {
+    out.reset();
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
+                           "FROM accounts WHERE id = ?1",
+                           st);
+        !s)
+      return s;
+    bind(st, 1, id);
+    return scan_account_rows(st, [&](const Account& a) { out = a; });
+  }
+
+  Status set_locked(std::string_view id, bool locked, bool& found) override {
+    Stmt* st = nullptr;
+    if (Status s = prepare("UPDATE accounts SET locked = ?1 WHERE id = ?2", st); !s) return s;
+    bind(st, 1, static_cast<std::int64_t>(locked));
+    bind(st, 2, id);
+    if (Status s = step_done(st, "set locked"); !s) return s;
+    found = sqlite3_changes(db_.get()) == 1;
+    return Status::ok();
+  }
+
+  Status postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) override {
+    out.clear();
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT transfer_id, account_id, kind, amount, at FROM postings "
+                           "WHERE transfer_id = ?1 ORDER BY at, kind",
+                           st);
+        !s)
+      return s;
+    bind(st, 1, transfer_id);
+    return scan_posting_rows(st, [&](const Posting& p) { out.push_back(p); });
+  }
+
+  Status postings_for_account(std::string_view account_id, std::size_t limit,
+                              std::vector<Posting>& out) override {
+    out.clear();
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT transfer_id, account_id, kind, amount, at FROM postings "
+                           "WHERE account_id = ?1 ORDER BY at DESC LIMIT ?2",
+                           st);
+        !s)
+      return s;
+    bind(st, 1, account_id);
+    bind(st, 2, static_cast<std::int64_t>(limit));
+    return scan_posting_rows(st, [&](const Posting& p) { out.push_back(p); });
+  }
+
+  Status pending_for_account(std::string_view account_id,
+                             std::vector<std::string>& transfer_ids) override {
+    transfer_ids.clear();
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT transfer_id FROM pending WHERE account_id = ?1", st); !s)
+      return s;
+    bind(st, 1, account_id);
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "pending for account");
+      transfer_ids.push_back(column_text(st->get(), 0));
+    }
+    sqlite3_reset(st->get());
+    return Status::ok();
+  }
+
+  Status scan_accounts(const std::function<void(const Account&)>& fn) override {
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
+                           "FROM accounts",
+                           st);
+        !s)
+      return s;
+    return scan_account_rows(st, fn);
+  }
+
+  Status scan_postings(const std::function<void(const Posting&)>& fn) override {
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT transfer_id, account_id, kind, amount, at FROM postings", st);
+        !s)
+      return s;
+    return scan_posting_rows(st, fn);
+  }
+
+  Status scan_pending(const std::function<void(const PendingEntry&)>& fn) override {
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT account_id, transfer_id FROM pending", st); !s) return s;
+    PendingEntry e;
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "scan pending");
+      e.account_id = column_text(st->get(), 0);
+      e.transfer_id = column_text(st->get(), 1);
+      fn(e);
+    }
+    sqlite3_reset(st->get());
+    return Status::ok();
+  }
+
+ private:
+  // Statements used by apply_legs, prepared once and cached.
+  struct Legs {
+    Stmt* probe;         // void?, posting?, account row
+    Stmt* insert_posting;
+    Stmt* set_balance;
+    Stmt* add_pending;
+    Stmt* drop_pending;
+    Stmt* insert_void;
+    Stmt* has_posting;
+  };
+
+  Status prepare_legs(Legs& l) {
+    const std::pair<Stmt**, const char*> stmts[] = {
+        {&l.probe,
+         "SELECT EXISTS(SELECT 1 FROM leg_voids WHERE transfer_id = ?1 AND account_id = ?2 "
+         "AND kind = ?3), EXISTS(SELECT 1 FROM postings WHERE transfer_id = ?1 AND "
+         "account_id = ?2 AND kind = ?3), a.id IS NOT NULL, a.balance, a.min_balance, "
+         "a.currency, a.locked FROM (SELECT 1) LEFT JOIN accounts a ON a.id = ?2"},
+        {&l.insert_posting,
+         "INSERT INTO postings(transfer_id, account_id, kind, amount, at) "
+         "VALUES (?1, ?2, ?3, ?4, ?5)"},
+        {&l.set_balance, "UPDATE accounts SET balance = ?1 WHERE id = ?2"},
+        {&l.add_pending,
+         "INSERT INTO pending(account_id, transfer_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING"},
+        {&l.drop_pending, "DELETE FROM pending WHERE account_id = ?1 AND transfer_id = ?2"},
+        {&l.insert_void,
+         "INSERT INTO leg_voids(transfer_id, account_id, kind) VALUES (?1, ?2, ?3) "
+         "ON CONFLICT DO NOTHING"},
+        {&l.has_posting,
+         "SELECT amount FROM postings WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3"},
+    };
+    for (const auto& [slot, sql] : stmts) {
+      if (Status s = prepare(sql, *slot); !s) return s;
+    }
+    return Status::ok();
+  }
+
+  struct Probe {
+    bool voided = false;
+    bool posted = false;
+    bool account_exists = false;
+    std::int64_t balance = 0;
+    std::int64_t min_balance = 0;
+    bool locked = false;
+  };
+
+  Status probe_leg(Legs& l, const LegRequest& req, std::string_view kind, Probe& p,
+                   std::string& currency) {
+    sqlite3_stmt* st = l.probe->get();
+    bind(l.probe, 1, req.transfer_id);
+    bind(l.probe, 2, req.account_id);
+    bind(l.probe, 3, kind);
+    const int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+      sqlite3_reset(st);
+      return error(rc, "probe leg");
+    }
+    p.voided = sqlite3_column_int(st, 0) != 0;
+    p.posted = sqlite3_column_int(st, 1) != 0;
+    p.account_exists = sqlite3_column_int(st, 2) != 0;
+    p.balance = sqlite3_column_int64(st, 3);
+    p.min_balance = sqlite3_column_int64(st, 4);
+    currency.assign(column_view(st, 5));
+    p.locked = sqlite3_column_int(st, 6) != 0;
+    sqlite3_reset(st);
+    return Status::ok();
+  }
+
+  Status post(Legs& l, const LegRequest& req, PostingKind kind, std::int64_t new_balance,
+              std::int64_t now, bool pending) {
+    bind(l.insert_posting, 1, req.transfer_id);
+    bind(l.insert_posting, 2, req.account_id);
+    bind(l.insert_posting, 3, to_string(kind));
+    bind(l.insert_posting, 4, req.amount);
+    bind(l.insert_posting, 5, now);
+    if (Status s = step_done(l.insert_posting, "insert posting"); !s) return s;
+    bind(l.set_balance, 1, new_balance);
+    bind(l.set_balance, 2, req.account_id);
+    if (Status s = step_done(l.set_balance, "update balance"); !s) return s;
+    Stmt* pend = pending ? l.add_pending : l.drop_pending;
+    bind(pend, 1, req.account_id);
+    bind(pend, 2, req.transfer_id);
+    return step_done(pend, "pending entry");
+  }
+
+  Status insert_void(Legs& l, const LegRequest& req) {
+    bind(l.insert_void, 1, req.transfer_id);
+    bind(l.insert_void, 2, req.account_id);
+    bind(l.insert_void, 3, leg_kind_name(req.op));
+    return step_done(l.insert_void, "void leg");
+  }
+
+  Status apply_leg(Legs& l, const LegRequest& req, std::int64_t now, LegResult& out) {
+    out.reason = Reason::none;
+    out.account_currency.clear();
+    Probe p;
+    switch (req.op) {
+      case LegOp::debit:
+      case LegOp::credit: {
+        const bool debit = req.op == LegOp::debit;
+        if (Status s = probe_leg(l, req, leg_kind_name(req.op), p, out.account_currency); !s)
+          return s;
+        if (p.voided) return out.status = LegStatus::voided, Status::ok();
+        if (p.posted) return out.status = LegStatus::already_posted, Status::ok();
+        out.status = LegStatus::refused;
+        if (!p.account_exists) return out.reason = Reason::unknown_account, Status::ok();
+        if (p.locked) return out.reason = Reason::account_locked, Status::ok();
+        if (!req.currency.empty() && !out.account_currency.empty() &&
+            req.currency != out.account_currency) {
+          return out.reason = Reason::currency_mismatch, Status::ok();
+        }
+        std::int64_t next = 0;
+        if (debit) {
+          if (__builtin_sub_overflow(p.balance, req.amount, &next) || next < p.min_balance) {
+            return out.reason = Reason::insufficient_funds, Status::ok();
+          }
+        } else if (__builtin_add_overflow(p.balance, req.amount, &next)) {
+          return out.reason = Reason::overflow, Status::ok();
+        }
+        if (Status s = post(l, req, debit ? PostingKind::debit : PostingKind::credit, next, now,
+                            true);
+            !s)
+          return s;
+        out.status = LegStatus::posted;
+        return Status::ok();
+      }
+      case LegOp::cancel_debit: {
+        if (Status s = probe_leg(l, req, "debit", p, out.account_currency); !s) return s;
+        if (!p.posted) {
+          out.status = LegStatus::voided;
+          return insert_void(l, req);
+        }
+        out.status = LegStatus::reversed;
+        bool reversed = false;
+        if (Status s = has_posting(l, req, PostingKind::reverse_debit, reversed); !s) return s;
+        if (reversed) return Status::ok();
+        std::int64_t next = 0;
+        if (__builtin_add_overflow(p.balance, req.amount, &next)) {
+          return Status::fatal("reversing debit of transfer " + std::string(req.transfer_id) +
+                               " would overflow account " + std::string(req.account_id));
+        }
+        return post(l, req, PostingKind::reverse_debit, next, now, false);
+      }
+      case LegOp::cancel_credit: {
+        bool credited = false;
+        if (Status s = has_posting(l, req, PostingKind::credit, credited); !s) return s;
+        if (credited) return out.status = LegStatus::credit_posted, Status::ok();
+        out.status = LegStatus::voided;
+        return insert_void(l, req);
+      }
+      case LegOp::release: {
+        bind(l.drop_pending, 1, req.account_id);
+        bind(l.drop_pending, 2, req.transfer_id);
+        out.status = LegStatus::released;
+        return step_done(l.drop_pending, "release pending");
+      }
+    }
+    return Status::fatal("unknown leg operation");
+  }
+
+  Status has_posting(Legs& l, const LegRequest& req, PostingKind kind, bool& found) {
+    bind(l.has_posting, 1, req.transfer_id);
+    bind(l.has_posting, 2, req.account_id);
+    bind(l.has_posting, 3, to_string(kind));
+    const int rc = sqlite3_step(l.has_posting->get());
+    sqlite3_reset(l.has_posting->get());
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read posting");
+    found = rc == SQLITE_ROW;
+    return Status::ok();
+  }
+
+  Status read_docs(Stmt* st, std::vector<TransferDoc>& out, const char* what) {
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, what);
+      sqlite3_stmt* s = st->get();
+      TransferDoc& d = out.emplace_back();
+      d.id = column_text(s, 0);
+      d.source = column_text(s, 1);
+      d.destination = column_text(s, 2);
+      d.amount = sqlite3_column_int64(s, 3);
+      d.currency = column_text(s, 4);
+      d.metadata = column_text(s, 5);
+      d.payload_hash = static_cast<std::uint64_t>(sqlite3_column_int64(s, 6));
+      const auto state = parse_transfer_state(column_view(s, 7));
+      const auto reason = parse_reason(column_view(s, 11));
+      if (!state || !reason) {
+        sqlite3_reset(s);
+        return Status::fatal("transfer " + d.id + " has an unknown state or reason");
+      }
+      d.state = *state;
+      d.owner = column_text(s, 8);
+      d.epoch = sqlite3_column_int64(s, 9);
+      d.lease_until_ms = sqlite3_column_int64(s, 10);
+      d.reason = *reason;
+      d.created_at_ms = sqlite3_column_int64(s, 12);
+      d.last_modified_ms = sqlite3_column_int64(s, 13);
+      d.requested_at_ms = sqlite3_column_int64(s, 14);
+      d.finished_at_ms = sqlite3_column_int64(s, 15);
+      d.attempts = sqlite3_column_int(s, 16);
+      d.notified = sqlite3_column_int(s, 17) != 0;
+      d.origin.topic = column_text(s, 18);
+      d.origin.partition = sqlite3_column_int(s, 19);
+      d.origin.offset = sqlite3_column_int64(s, 20);
+    }
+    sqlite3_reset(st->get());
+    return Status::ok();
+  }
+
+  Status scan_account_rows(Stmt* st, const std::function<void(const Account&)>& fn) {
+    Account a;
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "read accounts");
+      sqlite3_stmt* s = st->get();
+      a.id = column_text(s, 0);
+      a.balance = sqlite3_column_int64(s, 1);
+      a.opening_balance = sqlite3_column_int64(s, 2);
+      a.min_balance = sqlite3_column_int64(s, 3);
+      a.currency = column_text(s, 4);
+      a.locked = sqlite3_column_int(s, 5) != 0;
+      fn(a);
+    }
+    sqlite3_reset(st->get());
+    return Status::ok();
+  }
+
+  Status scan_posting_rows(Stmt* st, const std::function<void(const Posting&)>& fn) {
+    Posting p;
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "read postings");
+      sqlite3_stmt* s = st->get();
+      const auto kind = parse_posting_kind(column_view(s, 2));
+      if (!kind) {
+        sqlite3_reset(s);
+        return Status::fatal("posting with unknown kind for transfer " + column_text(s, 0));
+      }
+      p.transfer_id = column_text(s, 0);
+      p.account_id = column_text(s, 1);
+      p.kind = *kind;
+      p.amount = sqlite3_column_int64(s, 3);
+      p.at_ms = sqlite3_column_int64(s, 4);
+      fn(p);
+    }
+    sqlite3_reset(st->get());
+    return Status::ok();
+  }
+
+  Status has_table(const char* name, bool& out) {
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", st);
+        !s)
+      return s;
+    bind(st, 1, std::string_view(name));
+    const int rc = sqlite3_step(st->get());
+    sqlite3_reset(st->get());
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
+    out = rc == SQLITE_ROW;
+    return Status::ok();
+  }
+
+  // Statement cache keyed by SQL text: each statement is prepared once.
+  Status prepare(const std::string& sql, Stmt*& out) {
+    return statements_.get(db_.get(), sql, out);
+  }
+
+  Status exec(const std::string& sql) {
+    char* err = nullptr;
+    const int rc = sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, &err);
+    const std::string message = err ? err : "";
+    sqlite3_free(err);
+    if (rc != SQLITE_OK) return map_sqlite_error(rc, message + " (in: " + sql.substr(0, 60) + ")");
+    return Status::ok();
+  }
+
+  Status step_done(Stmt* st, const char* what) {
+    const int rc = sqlite3_step(st->get());
+    sqlite3_reset(st->get());
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return error(rc, what);
+    return Status::ok();
+  }
+
+  Status error(int rc, const char* what) {
+    return map_sqlite_error(rc, std::string(what) + ": " + sqlite3_errmsg(db_.get()));
+  }
+
+  // BEGIN IMMEDIATE takes the write lock up front, so two writers never
+  // deadlock on a lock upgrade; rolled back unless committed.
+  class Tx {
+   public:
+    explicit Tx(SqliteStore& s) : s_(s) {}
+    ~Tx() {
+      if (open_) s_.exec("ROLLBACK").ignore();
+    }
+    Status begin() {
+      Status s = s_.exec("BEGIN IMMEDIATE");
+      open_ = s.is_ok();
+      return s;
+    }
+    Status commit() {
+      Status s = s_.exec("COMMIT");
+      if (s) open_ = false;
+      return s;
+    }
+
+   private:
+    SqliteStore& s_;
+    bool open_ = false;
+  };
+
+  std::string name_;
+  SqlitePtr db_;
+  StatementCache statements_;
+  bool out_bool_ = false;
+};
+
+}  // namespace
+
+Status open_sqlite_store(std::string_view path, std::unique_ptr<Store>& out) {
+  sqlite3* raw = nullptr;
+  const std::string p(path);
+  const int rc = sqlite3_open_v2(p.c_str(), &raw,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                 nullptr);
+  SqlitePtr db(raw);
+  if (rc != SQLITE_OK) {
+    return Status::fatal("cannot open sqlite:" + p + ": " +
+                         (raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+  }
+  auto store = std::make_unique<SqliteStore>(p, std::move(db));
+  if (Status s = store->configure(); !s) {
+    return Status::fatal("cannot use sqlite:" + p + ": " + s.message());
+  }
+  out = std::move(store);
+  return Status::ok();
+}
+
+}  // namespace sagapool

@@ -1,0 +1,75 @@
+#pragma once
+// RAII and small helpers for the SQLite C API, and the one place SQLite
+// result codes map onto the error taxonomy.
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "sagapool/status.hpp"
+
+namespace sagapool {
+
+struct SqliteCloser {
+  void operator()(sqlite3* db) const noexcept { sqlite3_close_v2(db); }
+};
+using SqlitePtr = std::unique_ptr<sqlite3, SqliteCloser>;
+
+struct StmtFinalizer {
+  void operator()(sqlite3_stmt* st) const noexcept { sqlite3_finalize(st); }
+};
+using Stmt = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
+
+inline Status map_sqlite_error(int rc, std::string message) {
+  switch (rc & 0xFF) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return Status::retry_call(std::move(message));
+    case SQLITE_IOERR:
+    case SQLITE_FULL:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PROTOCOL:
+      return Status::retry_stage(std::move(message));
+    default:
+      return Status::fatal(std::move(message));
+  }
+}
+
+inline void bind(Stmt* st, int i, std::string_view v) {
+  sqlite3_bind_text(st->get(), i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+}
+inline void bind(Stmt* st, int i, std::int64_t v) { sqlite3_bind_int64(st->get(), i, v); }
+
+inline std::string_view column_view(sqlite3_stmt* st, int i) {
+  const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, i));
+  return p ? std::string_view(p, static_cast<std::size_t>(sqlite3_column_bytes(st, i)))
+           : std::string_view();
+}
+inline std::string column_text(sqlite3_stmt* st, int i) { return std::string(column_view(st, i)); }
+
+// Prepared statements by SQL text, each prepared once per connection.
+class StatementCache {
+ public:
+  Status get(sqlite3* db, const std::string& sql, Stmt*& out) {
+    auto it = cache_.find(sql);
+    if (it == cache_.end()) {
+      sqlite3_stmt* raw = nullptr;
+      const int rc = sqlite3_prepare_v3(db, sql.c_str(), static_cast<int>(sql.size()),
+                                        SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
+      if (rc != SQLITE_OK) {
+        return map_sqlite_error(rc, std::string("prepare: ") + sqlite3_errmsg(db));
+      }
+      it = cache_.emplace(sql, Stmt(raw)).first;
+    }
+    out = &it->second;
+    return Status::ok();
+  }
+
+ private:
+  std::unordered_map<std::string, Stmt> cache_;
+};
+
+}  // namespace sagapool
