@@ -12,7 +12,11 @@ inline constexpr std::size_t kMaxRequestBytes = 64 * 1024;
 inline constexpr std::size_t kMaxMetadataBytes = 4 * 1024;
 inline constexpr std::size_t kMaxIdLength = 128;
 inline constexpr std::size_t kMaxAccountIdLength = 64;
-inline constexpr int kMaxJsonDepth = 32;  // nesting bound inside metadata
+// Nesting bound for every value in a request (in practice: metadata),
+// counted from the value itself: `"metadata": {}` has depth 1, so metadata
+// may hold 32 levels of objects/arrays including its own braces. The
+// enclosing request object is not counted. Deeper input is `too_deep`.
+inline constexpr int kMaxJsonDepth = 32;
 
 // Why a request is invalid: one value per rule, each with a stable code that
 // goes into the dead-letter header `saga.error` (the metric label stays the
@@ -25,7 +29,7 @@ enum class RequestError : std::uint8_t {
   malformed_json,     // not JSON at all, or truncated
   not_object,         // valid JSON but not one object
   trailing_data,      // bytes after the object
-  too_deep,
+  too_deep,           // nesting beyond kMaxJsonDepth (a structural error)
   unknown_key,
   duplicate_key,
   missing_id,
@@ -61,7 +65,12 @@ struct RequestView {
 };
 
 // Validates `bytes` against every rule in DESIGN.md. Never allocates, never
-// throws; runs in time linear in the input.
+// throws; runs in time linear in the input. Exactly one error is reported,
+// the first in this order: empty, too_large, not_utf8 (whole message), JSON
+// structure (malformed_json / too_deep / not_object / trailing_data, the
+// first in byte order), keys (unknown_key before duplicate_key; a key with
+// an escape is unknown), missing keys (id, from, to, amount), then field
+// rules in enum order. `out` is reset first and filled only on `ok`.
 [[nodiscard]] RequestError parse_request(std::string_view bytes, RequestView& out) noexcept;
 
 // Stable 64-bit hash over the fields that define a transfer's payload
