@@ -1,0 +1,123 @@
+#include "consumer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <map>
+
+namespace sagapool {
+
+Status Consumer::create(const ConsumerOptions& options, std::unique_ptr<Consumer>& out) {
+  std::vector<KeyValue> opts = {
+      {"bootstrap.servers", options.brokers},
+      {"group.id", options.group},
+      {"client.id", options.client_id},
+      {"partition.assignment.strategy", "cooperative-sticky"},
+      {"enable.auto.offset.store", "false"},
+      {"enable.auto.commit", "true"},
+      {"auto.commit.interval.ms", "500"},
+      {"auto.offset.reset", "earliest"},
+      {"session.timeout.ms", "10000"},
+      {"heartbeat.interval.ms", "1000"},
+      {"max.poll.interval.ms", "300000"},
+      {"fetch.wait.max.ms", "50"},
+      {"queued.max.messages.kbytes", "16384"},
+  };
+  opts.insert(opts.end(), options.kafka_opts.begin(), options.kafka_opts.end());
+  ConfPtr conf;
+  if (Status s = make_conf(opts, conf); !s) return s;
+  install_log_callbacks(*conf);
+  auto consumer = std::unique_ptr<Consumer>(new Consumer());
+  rd_kafka_conf_set_rebalance_cb(conf.get(), &Consumer::rebalance_cb);
+  rd_kafka_conf_set_opaque(conf.get(), consumer.get());
+  char err[512];
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf.get(), err, sizeof err);
+  if (rk == nullptr) return Status::fatal(std::string("cannot create Kafka consumer: ") + err);
+  (void)conf.release();  // owned by rk now
+  consumer->rk_.reset(rk);
+  rd_kafka_poll_set_consumer(rk);
+  consumer->queue_.reset(rd_kafka_queue_get_consumer(rk));
+
+  TopicPartitionListPtr topics(rd_kafka_topic_partition_list_new(1));
+  rd_kafka_topic_partition_list_add(topics.get(), options.topic.c_str(), RD_KAFKA_PARTITION_UA);
+  if (Status s = kafka_status(rd_kafka_subscribe(rk, topics.get()), "subscribe to " + options.topic); !s) {
+    return s;
+  }
+  out = std::move(consumer);
+  return Status::ok();
+}
+
+Consumer::~Consumer() { close(); }
+
+void Consumer::rebalance_cb(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                            rd_kafka_topic_partition_list_t* partitions, void* opaque) {
+  auto* self = static_cast<Consumer*>(opaque);
+  const bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+  const bool assign = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+  KafkaErrorPtr error;
+  rd_kafka_resp_err_t rerr = RD_KAFKA_RESP_ERR_NO_ERROR;
+  if (cooperative) {
+    error.reset(assign ? rd_kafka_incremental_assign(rk, partitions)
+                       : rd_kafka_incremental_unassign(rk, partitions));
+  } else {
+    rerr = rd_kafka_assign(rk, assign ? partitions : nullptr);
+  }
+  if (error || rerr) {
+    spdlog::error("rebalance: {} failed: {}", assign ? "assign" : "revoke",
+                  error ? rd_kafka_error_string(error.get()) : rd_kafka_err2str(rerr));
+    return;
+  }
+  if (cooperative) {
+    self->assigned_ += assign ? partitions->cnt : -partitions->cnt;
+  } else {
+    self->assigned_ = assign ? partitions->cnt : 0;
+  }
+  spdlog::info("rebalance: {} {} partition(s), {} assigned now", assign ? "assigned" : "revoked",
+               partitions->cnt, self->assigned_);
+}
+
+void Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
+                          std::vector<MessagePtr>& out) {
+  out.clear();
+  raw_.resize(max);
+  const ssize_t n = rd_kafka_consume_batch_queue(queue_.get(), static_cast<int>(timeout.count()),
+                                                 raw_.data(), max);
+  for (ssize_t i = 0; i < n; ++i) {
+    MessagePtr m(raw_[static_cast<std::size_t>(i)]);
+    if (m->err) {
+      if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        spdlog::warn("consumer: {}", rd_kafka_message_errstr(m.get()));
+      }
+      continue;
+    }
+    out.push_back(std::move(m));
+  }
+}
+
+Status Consumer::store_offsets(const std::vector<MessagePtr>& batch) {
+  if (batch.empty()) return Status::ok();
+  // Highest offset per (topic, partition); batches hold few partitions.
+  TopicPartitionListPtr list(rd_kafka_topic_partition_list_new(16));
+  for (const MessagePtr& m : batch) {
+    const char* topic = rd_kafka_topic_name(m->rkt);
+    rd_kafka_topic_partition_t* tp = rd_kafka_topic_partition_list_find(list.get(), topic, m->partition);
+    if (tp == nullptr) tp = rd_kafka_topic_partition_list_add(list.get(), topic, m->partition);
+    if (m->offset + 1 > tp->offset) tp->offset = m->offset + 1;
+  }
+  const rd_kafka_resp_err_t err = rd_kafka_offsets_store(rk_.get(), list.get());
+  // _STATE means the partition was revoked meanwhile: its new owner will see
+  // the messages again and find them already ingested (duplicates).
+  if (err == RD_KAFKA_RESP_ERR__STATE) return Status::ok();
+  return kafka_status(err, "store offsets");
+}
+
+void Consumer::close() {
+  if (closed_ || !rk_) return;
+  closed_ = true;
+  queue_.reset();
+  if (rd_kafka_resp_err_t err = rd_kafka_consumer_close(rk_.get())) {
+    spdlog::warn("consumer close: {}", rd_kafka_err2str(err));
+  }
+}
+
+}  // namespace sagapool

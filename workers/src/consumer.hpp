@@ -1,0 +1,58 @@
+#pragma once
+// A consumer-group member for transfers.requests: cooperative-sticky
+// assignment, batches from the consumer queue, and offsets stored by hand
+// (enable.auto.offset.store=false) only after the work they cover is durable;
+// librdkafka's auto-commit then commits what was stored.
+#include <librdkafka/rdkafka.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sagapool/config.hpp"
+#include "sagapool/kafka.hpp"
+
+namespace sagapool {
+
+struct ConsumerOptions {
+  std::string brokers;
+  std::string group;
+  std::string topic;
+  std::string client_id;
+  std::vector<KeyValue> kafka_opts;  // applied after our defaults
+};
+
+class Consumer {
+ public:
+  static Status create(const ConsumerOptions& options, std::unique_ptr<Consumer>& out);
+  ~Consumer();
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  // Fills `out` with up to `max` messages (waiting at most `timeout` for the
+  // first). Error events are logged and not returned. The caller owns them.
+  void poll_batch(std::size_t max, std::chrono::milliseconds timeout, std::vector<MessagePtr>& out);
+
+  // Stores offset+1 of the highest message per partition in `batch`.
+  Status store_offsets(const std::vector<MessagePtr>& batch);
+
+  // Partitions currently assigned to this member.
+  int assigned_partitions() const noexcept { return assigned_; }
+
+  // Leaves the group, committing stored offsets. Idempotent.
+  void close();
+
+ private:
+  Consumer() = default;
+  static void rebalance_cb(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                           rd_kafka_topic_partition_list_t* partitions, void* opaque);
+
+  KafkaHandle rk_;
+  QueuePtr queue_;
+  std::vector<rd_kafka_message_t*> raw_;
+  int assigned_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace sagapool

@@ -1,0 +1,27 @@
+#pragma once
+// The outcome message on transfers.results (DESIGN.md, "Messages").
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "sagapool/domain.hpp"
+
+namespace sagapool {
+
+struct OutcomeFields {
+  std::string_view id;
+  TransferState state = TransferState::done;
+  Reason reason = Reason::none;
+  std::string_view from;
+  std::string_view to;
+  std::int64_t amount = 0;
+  std::int64_t finished_at_ms = 0;
+};
+
+// Replaces `out` with the JSON object; reuses its capacity.
+void format_outcome(const OutcomeFields& f, std::string& out);
+
+// "2026-11-21T19:30:00.123Z"
+void append_utc_timestamp(std::int64_t ms_since_epoch, std::string& out);
+
+}  // namespace sagapool

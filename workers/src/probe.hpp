@@ -1,0 +1,61 @@
+#pragma once
+// The worker's metrics (DESIGN.md, "Metrics"): every family registered once
+// at start-up; the hot path only increments references held here.
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+
+#include "sagapool/saga_engine.hpp"
+
+namespace sagapool {
+
+enum class RequestResult { accepted, duplicate, conflict, invalid };
+
+class WorkerProbe final : public SagaObserver {
+ public:
+  explicit WorkerProbe(prometheus::Registry& registry);
+
+  void on_request(RequestResult r, std::size_t n = 1) {
+    requests_[static_cast<std::size_t>(r)]->Increment(static_cast<double>(n));
+  }
+  void on_dead_letter(Reason reason) {
+    (reason == Reason::conflict ? dead_conflict_ : dead_invalid_)->Increment();
+  }
+  void on_finished(TransferState state, Reason reason, double seconds_since_request);
+  void on_recovered(TransferState state) { recoveries_[static_cast<std::size_t>(state)]->Increment(); }
+  void on_batch(std::size_t n) { batch_size_->Observe(static_cast<double>(n)); }
+
+  // SagaObserver
+  void on_transitions(TransferState from, TransferState to, std::size_t count) override;
+  void on_compensation(Reason reason) override;
+  void on_stage(std::string_view stage, std::chrono::nanoseconds elapsed) override;
+  void on_store_error(std::string_view op, const Status& error) override;
+
+ private:
+  static constexpr std::size_t kStates = kTransferStateCount;
+  std::array<prometheus::Counter*, 4> requests_{};
+  prometheus::Counter* dead_invalid_ = nullptr;
+  prometheus::Counter* dead_conflict_ = nullptr;
+  prometheus::Counter* finished_done_ = nullptr;
+  std::array<prometheus::Counter*, kReasonCount> finished_canceled_{};
+  std::array<prometheus::Counter*, kReasonCount> compensations_{};
+  std::array<std::array<prometheus::Counter*, kStates>, kStates> transitions_{};
+  std::array<prometheus::Counter*, kStates> recoveries_{};
+  prometheus::Histogram* transfer_duration_ = nullptr;
+  prometheus::Histogram* batch_size_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* stage_family_ = nullptr;
+  prometheus::Family<prometheus::Counter>* store_errors_ = nullptr;
+  struct StageSlot {
+    std::string_view name;
+    prometheus::Histogram* histogram;
+  };
+  std::vector<StageSlot> stages_;  // fixed at start-up
+};
+
+}  // namespace sagapool

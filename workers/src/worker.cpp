@@ -1,0 +1,320 @@
+#include "worker.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace sagapool {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Delivery-report tags: which publisher a report belongs to.
+char kDeadLetterTag;
+char kOutcomeTag;
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::chrono::milliseconds backoff(int attempt) {
+  return std::chrono::milliseconds(std::min<std::int64_t>(5000, 50LL << std::min(attempt, 7)));
+}
+
+}  // namespace
+
+Worker::Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe)
+    : options_(options),
+      ledger_(ledger),
+      probe_(probe),
+      engine_(ledger, {options.worker_id, options.lease_ms, 5}, &probe) {}
+
+Worker::~Worker() = default;
+
+Status Worker::create(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe,
+                      std::unique_ptr<Worker>& out) {
+  auto w = std::unique_ptr<Worker>(new Worker(options, ledger, probe));
+  KafkaProducerOptions popts;
+  popts.brokers = options.brokers;
+  popts.kafka_opts = options.kafka_opts;
+  popts.client_id = options.worker_id;
+  if (Status s = KafkaProducer::create(popts, w.get(), w->producer_); !s) return s;
+  ConsumerOptions copts{options.brokers, options.group, options.requests_topic, options.worker_id,
+                        options.kafka_opts};
+  if (Status s = Consumer::create(copts, w->consumer_); !s) return s;
+  w->batch_.reserve(options.batch_size);
+  w->new_.reserve(options.batch_size);
+  w->items_.reserve(options.batch_size);
+  out = std::move(w);
+  return Status::ok();
+}
+
+Status Worker::run(const std::atomic<bool>& stop) {
+  auto next_recovery = Clock::now();
+  Status result;
+  while (!stop.load(std::memory_order_relaxed)) {
+    last_loop_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    consumer_->poll_batch(options_.batch_size, std::chrono::milliseconds(100), batch_);
+    if (!batch_.empty()) {
+      result = ingest_batch(stop);
+      if (!result) break;
+    }
+    producer_->poll(std::chrono::milliseconds(0));
+    flush_notified();
+    if (producer_->has_fatal_error()) {
+      result = producer_->fatal_error();
+      break;
+    }
+    if (Clock::now() >= next_recovery) {
+      result = recover();
+      if (!result) break;
+      next_recovery = Clock::now() + options_.recovery_interval;
+    }
+  }
+  // Drain: everything ingested is durable and its offsets stored; publish
+  // what is queued, record it, then leave the group (committing offsets).
+  batch_.clear();
+  const auto half = options_.drain_timeout / 2;
+  if (!producer_->flush(half)) {
+    spdlog::warn("drain: {} outcome/dead-letter message(s) not delivered in time; recovery will "
+                 "publish the outcomes again", producer_->outq_len());
+  }
+  flush_notified();
+  consumer_->close();
+  producer_->close(half);
+  spdlog::info("drained and stopped");
+  return result;
+}
+
+Status Worker::ingest_batch(const std::atomic<bool>& stop) {
+  const auto started = Clock::now();
+  probe_.on_batch(batch_.size());
+  new_.clear();
+  new_message_.clear();
+  dead_letters_.clear();
+  dead_letter_failed_ = false;
+  for (std::size_t i = 0; i < batch_.size(); ++i) {
+    const rd_kafka_message_t& m = *batch_[i];
+    const std::string_view bytes(static_cast<const char*>(m.payload), m.payload ? m.len : 0);
+    NewTransfer t;
+    const RequestError e = parse_request(bytes, t.request);
+    if (e != RequestError::ok) {
+      probe_.on_request(RequestResult::invalid);
+      if (Status s = dead_letter(m, Reason::invalid, error_code(e), error_message(e)); !s) return s;
+      continue;
+    }
+    rd_kafka_timestamp_type_t type;
+    t.payload_hash = payload_hash(t.request);
+    t.requested_at_ms = rd_kafka_message_timestamp(&m, &type);
+    t.origin_topic = rd_kafka_topic_name(m.rkt);
+    t.origin_partition = m.partition;
+    t.origin_offset = m.offset;
+    new_.push_back(t);
+    new_message_.push_back(i);
+  }
+
+  inserted_.resize(new_.size());
+  for (int attempt = 0; !new_.empty(); ++attempt) {
+    Status s = ledger_.transfers().insert_transfers(new_, options_.worker_id, options_.lease_ms, inserted_);
+    if (s) break;
+    probe_.on_store_error("insert", s);
+    if (s.kind() == ErrorKind::fatal) return s;
+    // The store is unavailable: keep the batch (offsets not stored) and retry.
+    if (stop.load(std::memory_order_relaxed)) return Status::ok();
+    std::this_thread::sleep_for(backoff(attempt));
+  }
+
+  items_.clear();
+  std::size_t accepted = 0;
+  std::size_t duplicates = 0;
+  for (std::size_t i = 0; i < new_.size(); ++i) {
+    switch (inserted_[i]) {
+      case InsertResult::inserted: {
+        ++accepted;
+        const RequestView& r = new_[i].request;
+        SagaItem& it = items_.emplace_back();
+        it.id.assign(r.id);
+        it.source.assign(r.from);
+        it.destination.assign(r.to);
+        it.currency.assign(r.currency);
+        it.amount = r.amount;
+        it.epoch = 1;
+        it.requested_at_ms = new_[i].requested_at_ms;
+        it.state = TransferState::initial;
+        it.reason = Reason::none;
+        it.dropped = false;
+        break;
+      }
+      case InsertResult::duplicate:
+        ++duplicates;
+        break;
+      case InsertResult::conflict: {
+        probe_.on_request(RequestResult::conflict);
+        const std::string msg = "transfer id " + std::string(new_[i].request.id) +
+                                " was already used with a different payload; the first one stands";
+        if (Status s = dead_letter(*batch_[new_message_[i]], Reason::conflict, "conflict", msg); !s) {
+          return s;
+        }
+        break;
+      }
+    }
+  }
+  probe_.on_request(RequestResult::accepted, accepted);
+  probe_.on_request(RequestResult::duplicate, duplicates);
+
+  if (Status s = await_dead_letters(stop); !s) return s;
+  if (dead_letter_failed_) return Status::ok();  // stopping: offsets stay unstored
+  if (Status s = consumer_->store_offsets(batch_); !s) {
+    spdlog::warn("{}", s.message());  // redelivery is harmless: ingest is idempotent
+  }
+  probe_.on_stage("ingest", Clock::now() - started);
+  return run_and_publish(true);
+}
+
+Status Worker::run_and_publish(bool count_finished) {
+  if (items_.empty()) return Status::ok();
+  if (Status s = engine_.run(items_); !s) return s;
+  const auto started = Clock::now();
+  const std::int64_t now = wall_ms();
+  for (const SagaItem& it : items_) {
+    if (it.dropped || !is_terminal(it.state)) continue;
+    if (count_finished) {
+      probe_.on_finished(it.state, it.reason,
+                         it.requested_at_ms > 0 ? static_cast<double>(now - it.requested_at_ms) / 1000.0 : -1.0);
+    }
+    publish_outcome({it.id, it.state, it.reason, it.source, it.destination, it.amount, now});
+  }
+  probe_.on_stage("publish", Clock::now() - started);
+  return Status::ok();
+}
+
+void Worker::publish_outcome(const OutcomeFields& f) {
+  format_outcome(f, outcome_json_);
+  Status s = producer_->produce(options_.results_topic, f.id, outcome_json_, {}, &kOutcomeTag);
+  if (!s) {
+    // Not queued: the outbox flag stays false and recovery publishes it.
+    if (outcome_failures_++ % 1000 == 0) spdlog::warn("outcome not queued: {}", s.message());
+  }
+}
+
+Status Worker::dead_letter(const rd_kafka_message_t& m, Reason reason, std::string_view code,
+                           std::string_view message) {
+  probe_.on_dead_letter(reason);
+  const std::string partition = std::to_string(m.partition);
+  const std::string offset = std::to_string(m.offset);
+  const MessageHeader headers[] = {
+      {"saga.reason", to_string(reason)},
+      {"saga.error", code},
+      {"saga.message", message},
+      {"saga.source.topic", rd_kafka_topic_name(m.rkt)},
+      {"saga.source.partition", partition},
+      {"saga.source.offset", offset},
+  };
+  const std::string_view key(static_cast<const char*>(m.key), m.key ? m.key_len : 0);
+  const std::string_view value(static_cast<const char*>(m.payload), m.payload ? m.len : 0);
+  Status s = producer_->produce(options_.dlq_topic, key, value, headers, &kDeadLetterTag);
+  if (!s) return s;
+  ++dead_letters_outstanding_;
+  dead_letters_.push_back(&m);
+  return Status::ok();
+}
+
+Status Worker::await_dead_letters(const std::atomic<bool>& stop) {
+  // Offsets are stored only once every dead letter of the batch is
+  // delivered: invalid input is never silently dropped.
+  while (dead_letters_outstanding_ > 0) {
+    producer_->poll(std::chrono::milliseconds(10));
+    if (dead_letter_failed_ && dead_letters_outstanding_ == 0) {
+      if (stop.load(std::memory_order_relaxed)) return Status::ok();
+      spdlog::warn("dead-letter delivery failed; sending this batch's dead letters again");
+      dead_letter_failed_ = false;
+      std::vector<const rd_kafka_message_t*> again;
+      again.swap(dead_letters_);
+      for (const rd_kafka_message_t* m : again) {
+        const RequestError e = [&] {
+          RequestView v;
+          return parse_request({static_cast<const char*>(m->payload), m->payload ? m->len : 0}, v);
+        }();
+        const bool conflict = e == RequestError::ok;
+        if (Status s = dead_letter(*m, conflict ? Reason::conflict : Reason::invalid,
+                                   conflict ? "conflict" : error_code(e),
+                                   conflict ? "transfer id reused with a different payload"
+                                            : error_message(e));
+            !s) {
+          return s;
+        }
+      }
+    }
+  }
+  return Status::ok();
+}
+
+void Worker::on_delivery(const rd_kafka_message_t& m) {
+  if (m._private == &kDeadLetterTag) {
+    --dead_letters_outstanding_;
+    if (m.err) {
+      dead_letter_failed_ = true;
+      spdlog::warn("dead letter not delivered: {}", rd_kafka_err2str(m.err));
+    }
+    return;
+  }
+  if (m.err) {
+    if (outcome_failures_++ % 1000 == 0) {
+      spdlog::warn("outcome not delivered ({}); recovery will publish it again", rd_kafka_err2str(m.err));
+    }
+    return;
+  }
+  notified_ids_.append(static_cast<const char*>(m.key), m.key_len);
+  notified_ends_.push_back(notified_ids_.size());
+}
+
+void Worker::flush_notified() {
+  if (notified_ends_.empty()) return;
+  notified_views_.clear();
+  std::size_t begin = 0;
+  for (std::size_t end : notified_ends_) {
+    notified_views_.emplace_back(notified_ids_.data() + begin, end - begin);
+    begin = end;
+  }
+  Status s = ledger_.transfers().mark_notified(notified_views_);
+  if (!s) {
+    // Left unmarked, the outcomes are published again after their lease:
+    // at least once, never lost.
+    probe_.on_store_error("notify", s);
+  }
+  notified_ids_.clear();
+  notified_ends_.clear();
+}
+
+Status Worker::recover() {
+  const auto started = Clock::now();
+  // Bounded per tick so consumption keeps going while a backlog drains.
+  for (int round = 0; round < 8; ++round) {
+    Status s = ledger_.transfers().claim_expired(options_.worker_id, options_.lease_ms,
+                                                 options_.batch_size, claimed_);
+    if (!s) {
+      probe_.on_store_error("claim", s);
+      return s.kind() == ErrorKind::fatal ? s : Status::ok();
+    }
+    if (claimed_.empty()) break;
+    items_.clear();
+    for (const TransferDoc& d : claimed_) {
+      probe_.on_recovered(d.state);
+      if (is_terminal(d.state)) {
+        publish_outcome({d.id, d.state, d.reason, d.source, d.destination, d.amount, d.finished_at_ms});
+      } else {
+        items_.emplace_back().assign(d);
+      }
+    }
+    spdlog::info("recovery: claimed {} transfer(s) whose lease expired", claimed_.size());
+    if (Status r = run_and_publish(true); !r) return r;
+    if (claimed_.size() < options_.batch_size) break;
+  }
+  probe_.on_stage("recovery", Clock::now() - started);
+  return Status::ok();
+}
+
+}  // namespace sagapool

@@ -1,0 +1,90 @@
+#pragma once
+// One saga worker: consume a batch of requests, ingest it (validate, dead-
+// letter what is invalid, insert the rest durably, then store the offsets),
+// run the batch through the saga engine, publish outcomes with an outbox
+// flag, and periodically recover transfers whose lease expired.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "consumer.hpp"
+#include "outcome.hpp"
+#include "probe.hpp"
+#include "sagapool/kafka.hpp"
+#include "sagapool/ledger.hpp"
+#include "sagapool/request.hpp"
+#include "sagapool/saga_engine.hpp"
+
+namespace sagapool {
+
+struct WorkerOptions {
+  std::string worker_id;
+  std::string brokers;
+  std::string group;
+  std::string requests_topic = "transfers.requests";
+  std::string results_topic = "transfers.results";
+  std::string dlq_topic = "transfers.dlq";
+  std::vector<KeyValue> kafka_opts;
+  std::int64_t lease_ms = 30'000;
+  std::size_t batch_size = 500;
+  std::chrono::milliseconds recovery_interval{1000};
+  std::chrono::milliseconds drain_timeout{20'000};
+};
+
+class Worker final : private DeliveryHandler {
+ public:
+  static Status create(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe,
+                       std::unique_ptr<Worker>& out);
+  ~Worker() override;
+
+  // Runs until `stop` is set, then drains. Returns non-ok only for fatal
+  // errors (the process should exit non-zero).
+  Status run(const std::atomic<bool>& stop);
+
+  bool ready() const noexcept { return consumer_ && consumer_->assigned_partitions() > 0; }
+  std::chrono::steady_clock::time_point last_loop() const noexcept {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(last_loop_.load(std::memory_order_relaxed)));
+  }
+
+ private:
+  Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe);
+
+  Status ingest_batch(const std::atomic<bool>& stop);
+  Status recover();
+  Status run_and_publish(bool count_finished);
+  void publish_outcome(const OutcomeFields& f);
+  Status dead_letter(const rd_kafka_message_t& m, Reason reason, std::string_view code,
+                     std::string_view message);
+  Status await_dead_letters(const std::atomic<bool>& stop);
+  void flush_notified();
+  void on_delivery(const rd_kafka_message_t& m) override;
+
+  WorkerOptions options_;
+  Ledger& ledger_;
+  WorkerProbe& probe_;
+  SagaEngine engine_;
+  std::unique_ptr<Consumer> consumer_;
+  std::unique_ptr<KafkaProducer> producer_;
+  std::atomic<std::int64_t> last_loop_{0};
+
+  // Per-batch buffers, reused so the hot path does not allocate per message.
+  std::vector<MessagePtr> batch_;
+  std::vector<NewTransfer> new_;
+  std::vector<std::size_t> new_message_;  // new_[i] came from batch_[new_message_[i]]
+  std::vector<InsertResult> inserted_;
+  std::vector<SagaItem> items_;
+  std::vector<TransferDoc> claimed_;
+  std::string outcome_json_;
+  std::string notified_ids_;           // delivered outcome ids, back to back
+  std::vector<std::size_t> notified_ends_;
+  std::vector<std::string_view> notified_views_;
+  std::vector<const rd_kafka_message_t*> dead_letters_;  // this batch's, for re-sending
+  std::size_t dead_letters_outstanding_ = 0;
+  bool dead_letter_failed_ = false;
+  std::uint64_t outcome_failures_ = 0;
+};
+
+}  // namespace sagapool
