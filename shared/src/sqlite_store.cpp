@@ -134,8 +134,8 @@ class SqliteStore final : public Store {
         {"shard_index", std::to_string(t.shard_index)},
         {"shard_count", std::to_string(t.shard_count)}};
     for (const auto& [k, v] : rows) {
-      bind(st, 1, k);
-      bind(st, 2, v);
+      bind_arg(st, 1, k);
+      bind_arg(st, 2, v);
       if (Status s = step_done(st, "write topology"); !s) return s;
     }
     return tx.commit();
@@ -172,26 +172,26 @@ class SqliteStore final : public Store {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const NewTransfer& t = batch[i];
       const RequestView& r = t.request;
-      bind(ins, 1, r.id);
-      bind(ins, 2, r.from);
-      bind(ins, 3, r.to);
-      bind(ins, 4, r.amount);
-      bind(ins, 5, r.currency);
-      bind(ins, 6, r.metadata);
-      bind(ins, 7, static_cast<std::int64_t>(t.payload_hash));
-      bind(ins, 8, owner);
-      bind(ins, 9, now + lease_ms);
-      bind(ins, 10, now);
-      bind(ins, 11, t.requested_at_ms);
-      bind(ins, 12, t.origin_topic);
-      bind(ins, 13, static_cast<std::int64_t>(t.origin_partition));
-      bind(ins, 14, t.origin_offset);
+      bind_arg(ins, 1, r.id);
+      bind_arg(ins, 2, r.from);
+      bind_arg(ins, 3, r.to);
+      bind_arg(ins, 4, r.amount);
+      bind_arg(ins, 5, r.currency);
+      bind_arg(ins, 6, r.metadata);
+      bind_arg(ins, 7, static_cast<std::int64_t>(t.payload_hash));
+      bind_arg(ins, 8, owner);
+      bind_arg(ins, 9, now + lease_ms);
+      bind_arg(ins, 10, now);
+      bind_arg(ins, 11, t.requested_at_ms);
+      bind_arg(ins, 12, t.origin_topic);
+      bind_arg(ins, 13, static_cast<std::int64_t>(t.origin_partition));
+      bind_arg(ins, 14, t.origin_offset);
       if (Status s = step_done(ins, "insert transfer"); !s) return s;
       if (sqlite3_changes(db_.get()) == 1) {
         results[i] = InsertResult::inserted;
         continue;
       }
-      bind(get, 1, r.id);
+      bind_arg(get, 1, r.id);
       if (sqlite3_step(get->get()) != SQLITE_ROW) {
         sqlite3_reset(get->get());
         return Status::fatal("transfer " + std::string(r.id) + " vanished during insert");
@@ -224,15 +224,15 @@ class SqliteStore final : public Store {
     const std::int64_t now = wall_now_ms();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const Transition& t = batch[i];
-      bind(st, 1, to_string(t.to));
-      bind(st, 2, to_string(t.reason));
-      bind(st, 3, now);
-      bind(st, 4, now + lease_ms);
-      bind(st, 5, t.id);
-      bind(st, 6, to_string(t.from));
-      bind(st, 7, static_cast<std::int64_t>(is_terminal(t.to)));
-      bind(st, 8, t.owner);
-      bind(st, 9, t.epoch);
+      bind_arg(st, 1, to_string(t.to));
+      bind_arg(st, 2, to_string(t.reason));
+      bind_arg(st, 3, now);
+      bind_arg(st, 4, now + lease_ms);
+      bind_arg(st, 5, t.id);
+      bind_arg(st, 6, to_string(t.from));
+      bind_arg(st, 7, static_cast<std::int64_t>(is_terminal(t.to)));
+      bind_arg(st, 8, t.owner);
+      bind_arg(st, 9, t.epoch);
       if (Status s = step_done(st, "transition"); !s) return s;
       applied[i] = static_cast<std::uint8_t>(sqlite3_changes(db_.get()) == 1);
     }
@@ -255,10 +255,10 @@ class SqliteStore final : public Store {
                            st);
         !s)
       return s;
-    bind(st, 1, owner);
-    bind(st, 2, wall_now_ms());
-    bind(st, 3, lease_ms);
-    bind(st, 4, static_cast<std::int64_t>(limit));
+    bind_arg(st, 1, owner);
+    bind_arg(st, 2, wall_now_ms());
+    bind_arg(st, 3, lease_ms);
+    bind_arg(st, 4, static_cast<std::int64_t>(limit));
     if (Status s = read_docs(st, out, "claim expired"); !s) return s;
     return tx.commit();
   }
@@ -276,9 +276,9 @@ class SqliteStore final : public Store {
                            st);
         !s)
       return s;
-    bind(st, 1, owner);
-    bind(st, 2, wall_now_ms() + lease_ms);
-    bind(st, 3, id);
+    bind_arg(st, 1, owner);
+    bind_arg(st, 2, wall_now_ms() + lease_ms);
+    bind_arg(st, 3, id);
     std::vector<TransferDoc> docs;
     if (Status s = read_docs(st, docs, "take over"); !s) return s;
     if (!docs.empty()) out = std::move(docs.front());
@@ -296,7 +296,7 @@ class SqliteStore final : public Store {
         !s)
       return s;
     for (std::string_view id : ids) {
-      bind(st, 1, id);
+      bind_arg(st, 1, id);
       if (Status s = step_done(st, "mark notified"); !s) return s;
     }
     return tx.commit();
@@ -310,7 +310,7 @@ class SqliteStore final : public Store {
                            st);
         !s)
       return s;
-    bind(st, 1, id);
+    bind_arg(st, 1, id);
     std::vector<TransferDoc> docs;
     if (Status s = read_docs(st, docs, "load transfer"); !s) return s;
     if (!docs.empty()) out = std::move(docs.front());
@@ -328,8 +328,8 @@ class SqliteStore final : public Store {
                            st);
         !s)
       return s;
-    bind(st, 1, before_ms);
-    bind(st, 2, static_cast<std::int64_t>(limit));
+    bind_arg(st, 1, before_ms);
+    bind_arg(st, 2, static_cast<std::int64_t>(limit));
     return read_docs(st, out, "list stale");
   }
 
@@ -342,7 +342,7 @@ class SqliteStore final : public Store {
                            st);
         !s)
       return s;
-    bind(st, 1, wall_now_ms());
+    bind_arg(st, 1, wall_now_ms());
     for (;;) {
       const int rc = sqlite3_step(st->get());
       if (rc == SQLITE_DONE) break;
@@ -402,11 +402,11 @@ class SqliteStore final : public Store {
         !s)
       return s;
     for (const Account& a : accounts) {
-      bind(st, 1, a.id);
-      bind(st, 2, a.balance);
-      bind(st, 3, a.min_balance);
-      bind(st, 4, a.currency);
-      bind(st, 5, static_cast<std::int64_t>(a.locked));
+      bind_arg(st, 1, a.id);
+      bind_arg(st, 2, a.balance);
+      bind_arg(st, 3, a.min_balance);
+      bind_arg(st, 4, a.currency);
+      bind_arg(st, 5, static_cast<std::int64_t>(a.locked));
       if (Status s = step_done(st, "create account"); !s) return s;
       if (sqlite3_changes(db_.get()) != 1) {
         return Status::fatal("account " + a.id + " already exists; nothing was created");
@@ -423,15 +423,15 @@ class SqliteStore final : public Store {
                            st);
         !s)
       return s;
-    bind(st, 1, id);
+    bind_arg(st, 1, id);
     return scan_account_rows(st, [&](const Account& a) { out = a; });
   }
 
   Status set_locked(std::string_view id, bool locked, bool& found) override {
     Stmt* st = nullptr;
     if (Status s = prepare("UPDATE accounts SET locked = ?1 WHERE id = ?2", st); !s) return s;
-    bind(st, 1, static_cast<std::int64_t>(locked));
-    bind(st, 2, id);
+    bind_arg(st, 1, static_cast<std::int64_t>(locked));
+    bind_arg(st, 2, id);
     if (Status s = step_done(st, "set locked"); !s) return s;
     found = sqlite3_changes(db_.get()) == 1;
     return Status::ok();
@@ -445,7 +445,7 @@ class SqliteStore final : public Store {
                            st);
         !s)
       return s;
-    bind(st, 1, transfer_id);
+    bind_arg(st, 1, transfer_id);
     return scan_posting_rows(st, [&](const Posting& p) { out.push_back(p); });
   }
 
@@ -458,8 +458,8 @@ class SqliteStore final : public Store {
                            st);
         !s)
       return s;
-    bind(st, 1, account_id);
-    bind(st, 2, static_cast<std::int64_t>(limit));
+    bind_arg(st, 1, account_id);
+    bind_arg(st, 2, static_cast<std::int64_t>(limit));
     return scan_posting_rows(st, [&](const Posting& p) { out.push_back(p); });
   }
 
@@ -469,7 +469,7 @@ class SqliteStore final : public Store {
     Stmt* st = nullptr;
     if (Status s = prepare("SELECT transfer_id FROM pending WHERE account_id = ?1", st); !s)
       return s;
-    bind(st, 1, account_id);
+    bind_arg(st, 1, account_id);
     for (;;) {
       const int rc = sqlite3_step(st->get());
       if (rc == SQLITE_DONE) break;
@@ -564,9 +564,9 @@ class SqliteStore final : public Store {
   Status probe_leg(Legs& l, const LegRequest& req, std::string_view kind, Probe& p,
                    std::string& currency) {
     sqlite3_stmt* st = l.probe->get();
-    bind(l.probe, 1, req.transfer_id);
-    bind(l.probe, 2, req.account_id);
-    bind(l.probe, 3, kind);
+    bind_arg(l.probe, 1, req.transfer_id);
+    bind_arg(l.probe, 2, req.account_id);
+    bind_arg(l.probe, 3, kind);
     const int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
       sqlite3_reset(st);
@@ -585,25 +585,25 @@ class SqliteStore final : public Store {
 
   Status post(Legs& l, const LegRequest& req, PostingKind kind, std::int64_t new_balance,
               std::int64_t now, bool pending) {
-    bind(l.insert_posting, 1, req.transfer_id);
-    bind(l.insert_posting, 2, req.account_id);
-    bind(l.insert_posting, 3, to_string(kind));
-    bind(l.insert_posting, 4, req.amount);
-    bind(l.insert_posting, 5, now);
+    bind_arg(l.insert_posting, 1, req.transfer_id);
+    bind_arg(l.insert_posting, 2, req.account_id);
+    bind_arg(l.insert_posting, 3, to_string(kind));
+    bind_arg(l.insert_posting, 4, req.amount);
+    bind_arg(l.insert_posting, 5, now);
     if (Status s = step_done(l.insert_posting, "insert posting"); !s) return s;
-    bind(l.set_balance, 1, new_balance);
-    bind(l.set_balance, 2, req.account_id);
+    bind_arg(l.set_balance, 1, new_balance);
+    bind_arg(l.set_balance, 2, req.account_id);
     if (Status s = step_done(l.set_balance, "update balance"); !s) return s;
     Stmt* pend = pending ? l.add_pending : l.drop_pending;
-    bind(pend, 1, req.account_id);
-    bind(pend, 2, req.transfer_id);
+    bind_arg(pend, 1, req.account_id);
+    bind_arg(pend, 2, req.transfer_id);
     return step_done(pend, "pending entry");
   }
 
   Status insert_void(Legs& l, const LegRequest& req) {
-    bind(l.insert_void, 1, req.transfer_id);
-    bind(l.insert_void, 2, req.account_id);
-    bind(l.insert_void, 3, leg_kind_name(req.op));
+    bind_arg(l.insert_void, 1, req.transfer_id);
+    bind_arg(l.insert_void, 2, req.account_id);
+    bind_arg(l.insert_void, 3, leg_kind_name(req.op));
     return step_done(l.insert_void, "void leg");
   }
 
@@ -666,8 +666,8 @@ class SqliteStore final : public Store {
         return insert_void(l, req);
       }
       case LegOp::release: {
-        bind(l.drop_pending, 1, req.account_id);
-        bind(l.drop_pending, 2, req.transfer_id);
+        bind_arg(l.drop_pending, 1, req.account_id);
+        bind_arg(l.drop_pending, 2, req.transfer_id);
         out.status = LegStatus::released;
         return step_done(l.drop_pending, "release pending");
       }
@@ -676,9 +676,9 @@ class SqliteStore final : public Store {
   }
 
   Status has_posting(Legs& l, const LegRequest& req, PostingKind kind, bool& found) {
-    bind(l.has_posting, 1, req.transfer_id);
-    bind(l.has_posting, 2, req.account_id);
-    bind(l.has_posting, 3, to_string(kind));
+    bind_arg(l.has_posting, 1, req.transfer_id);
+    bind_arg(l.has_posting, 2, req.account_id);
+    bind_arg(l.has_posting, 3, to_string(kind));
     const int rc = sqlite3_step(l.has_posting->get());
     sqlite3_reset(l.has_posting->get());
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read posting");
@@ -772,7 +772,7 @@ class SqliteStore final : public Store {
     if (Status s = prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", st);
         !s)
       return s;
-    bind(st, 1, std::string_view(name));
+    bind_arg(st, 1, std::string_view(name));
     const int rc = sqlite3_step(st->get());
     sqlite3_reset(st->get());
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");

@@ -38,10 +38,12 @@ inline Status map_sqlite_error(int rc, std::string message) {
   }
 }
 
-inline void bind(Stmt* st, int i, std::string_view v) {
-  sqlite3_bind_text(st->get(), i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+// Not named bind(): ADL on Stmt* (a std::unique_ptr) would find std::bind.
+inline void bind_arg(Stmt* st, int i, std::string_view v) {
+  // An empty view may have a null data(): bind "" rather than NULL.
+  sqlite3_bind_text(st->get(), i, v.data() ? v.data() : "", static_cast<int>(v.size()), SQLITE_STATIC);
 }
-inline void bind(Stmt* st, int i, std::int64_t v) { sqlite3_bind_int64(st->get(), i, v); }
+inline void bind_arg(Stmt* st, int i, std::int64_t v) { sqlite3_bind_int64(st->get(), i, v); }
 
 inline std::string_view column_view(sqlite3_stmt* st, int i) {
   const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, i));

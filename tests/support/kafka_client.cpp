@@ -1,0 +1,124 @@
+#include "kafka_client.hpp"
+
+#include <librdkafka/rdkafka.h>
+
+#include <atomic>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+namespace sagapool::test {
+namespace {
+
+struct RkDeleter {
+  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
+};
+using Rk = std::unique_ptr<rd_kafka_t, RkDeleter>;
+
+Rk make_client(rd_kafka_type_t type, const std::vector<std::pair<std::string, std::string>>& props,
+               void (*dr)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr) {
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  char err[512];
+  for (const auto& [k, v] : props) {
+    if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK) {
+      rd_kafka_conf_destroy(conf);
+      throw std::runtime_error(err);
+    }
+  }
+  if (dr) rd_kafka_conf_set_dr_msg_cb(conf, dr);
+  rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof err);
+  if (!rk) {
+    rd_kafka_conf_destroy(conf);
+    throw std::runtime_error(err);
+  }
+  return Rk(rk);
+}
+
+std::atomic<int> g_failed{0};
+void count_failures(rd_kafka_t*, const rd_kafka_message_t* m, void*) {
+  if (m->err) ++g_failed;
+}
+
+}  // namespace
+
+Broker Broker::start(const TempDir& dir, int partitions) {
+  Broker b;
+  const auto file = dir / "bootstrap";
+  b.process_ = Process::start({bin("saga-broker").string(), "--partitions", std::to_string(partitions),
+                               "--bootstrap-file", file.string()},
+                              dir / "broker.log");
+  if (!eventually([&] { return !read_file(file).empty(); }, std::chrono::seconds(20))) {
+    throw std::runtime_error("saga-broker did not start: " + read_file(dir / "broker.log"));
+  }
+  b.bootstrap_ = read_file(file);
+  while (!b.bootstrap_.empty() && (b.bootstrap_.back() == '\n' || b.bootstrap_.back() == ' ')) {
+    b.bootstrap_.pop_back();
+  }
+  return b;
+}
+
+void produce(const std::string& brokers, const std::string& topic,
+             const std::vector<std::pair<std::string, std::string>>& messages) {
+  g_failed = 0;
+  Rk rk = make_client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", brokers}, {"linger.ms", "1"}},
+                      &count_failures);
+  for (const auto& [key, value] : messages) {
+    const rd_kafka_resp_err_t err = rd_kafka_producev(
+        rk.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
+        RD_KAFKA_V_KEY(key.empty() ? nullptr : key.data(), key.size()),
+        RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    if (err) throw std::runtime_error(std::string("produce: ") + rd_kafka_err2str(err));
+    rd_kafka_poll(rk.get(), 0);
+  }
+  if (rd_kafka_flush(rk.get(), 30'000) != RD_KAFKA_RESP_ERR_NO_ERROR || g_failed > 0) {
+    throw std::runtime_error("produce: not every message was delivered");
+  }
+}
+
+std::vector<Record> consume(const std::string& brokers, const std::string& topic, std::size_t at_least,
+                            std::chrono::milliseconds timeout, std::chrono::milliseconds settle) {
+  std::random_device rd;
+  Rk rk = make_client(RD_KAFKA_CONSUMER, {{"bootstrap.servers", brokers},
+                                          {"group.id", "test-reader-" + std::to_string(rd())},
+                                          {"auto.offset.reset", "earliest"},
+                                          {"enable.auto.commit", "false"}});
+  rd_kafka_poll_set_consumer(rk.get());
+  rd_kafka_topic_partition_list_t* topics = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(topics, topic.c_str(), RD_KAFKA_PARTITION_UA);
+  rd_kafka_subscribe(rk.get(), topics);
+  rd_kafka_topic_partition_list_destroy(topics);
+  std::vector<Record> out;
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point reached{};
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (out.size() >= at_least && reached == std::chrono::steady_clock::time_point{}) reached = now;
+    if (reached != std::chrono::steady_clock::time_point{} && now - reached >= settle) break;
+    if (reached == std::chrono::steady_clock::time_point{} && now - start >= timeout) break;
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(rk.get(), 100);
+    if (!m) continue;
+    if (!m->err) {
+      Record r;
+      if (m->key) r.key.assign(static_cast<const char*>(m->key), m->key_len);
+      if (m->payload) r.value.assign(static_cast<const char*>(m->payload), m->len);
+      r.partition = m->partition;
+      r.offset = m->offset;
+      rd_kafka_headers_t* hdrs = nullptr;
+      if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const char* name;
+        const void* val;
+        size_t size;
+        for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
+          r.headers[name] = val ? std::string(static_cast<const char*>(val), size) : "";
+        }
+      }
+      out.push_back(std::move(r));
+    }
+    rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consumer_close(rk.get());
+  return out;
+}
+
+}  // namespace sagapool::test

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The demo: a local broker, a SQLite ledger of 1,000 accounts, 200,000
+# generated transfers through 3 workers, a summary and an audit.
+# Usage: tools/demo.sh BIN_DIR [--transfers N] [--workers N] [--keep]
+set -euo pipefail
+BIN=$1; shift
+TRANSFERS=200000 WORKERS=3 ACCOUNTS=1000 KEEP=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --transfers) TRANSFERS=$2; shift 2 ;;
+    --workers) WORKERS=$2; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    --postgres) echo "demo: --postgres needs the PostgreSQL backend (not built yet)" >&2; exit 2 ;;
+    *) echo "demo: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+WORK=$(mktemp -d -t sagapool-demo-XXXXXX)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "$KEEP" = 1 ]; then echo "demo files kept in $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+say() { printf '\033[1m%s\033[0m\n' "$*"; }
+STORE="sqlite:$WORK/ledger.db"
+metric_sum() {  # metric_sum NAME: sum of a metric over the workers' /metrics
+  local total=0 v
+  for i in $(seq 0 $((WORKERS - 1))); do
+    v=$(curl -sf "http://127.0.0.1:$((9464 + i))/metrics" 2>/dev/null |
+        awk -v m="$1" '$1 ~ "^"m"({|$)" {s += $2} END {printf "%d", s}') || v=0
+    total=$((total + ${v:-0}))
+  done
+  echo "$total"
+}
+
+say "1/6 starting saga-broker"
+"$BIN/saga-broker" --partitions 12 --bootstrap-file "$WORK/bootstrap" >"$WORK/broker.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do [ -s "$WORK/bootstrap" ] && break; sleep 0.1; done
+BROKERS=$(cat "$WORK/bootstrap")
+echo "    brokers: $BROKERS"
+
+say "2/6 creating the ledger: $ACCOUNTS accounts of 1,000,000 each"
+"$BIN/sagactl" --store "$STORE" init >/dev/null
+{ echo "id,balance"; for i in $(seq 0 $((ACCOUNTS - 1))); do echo "acct-$i,1000000"; done; } >"$WORK/accounts.csv"
+"$BIN/sagactl" --store "$STORE" accounts import "$WORK/accounts.csv"
+
+say "3/6 starting $WORKERS saga-worker processes (group demo)"
+for i in $(seq 0 $((WORKERS - 1))); do
+  "$BIN/saga-worker" --brokers "$BROKERS" --group demo --store "$STORE" --worker-id "worker-$i" \
+    --metrics-addr "127.0.0.1:$((9464 + i))" --lease 10s >"$WORK/worker-$i.log" 2>&1 &
+  PIDS+=($!)
+done
+
+say "4/6 publishing $TRANSFERS generated transfers (2% invalid, some overdrawing or to unknown accounts)"
+START=$(date +%s.%N)
+"$BIN/saga-producer" --brokers "$BROKERS" --generate "$TRANSFERS" --accounts "$ACCOUNTS" --seed 42 \
+  --invalid-ratio 0.02 --overdraw-ratio 0.02 --unknown-ratio 0.01
+
+say "5/6 waiting for every request to reach an outcome"
+DEADLINE=$(( $(date +%s) + 150 ))
+while :; do
+  seen=$(metric_sum saga_requests_total)
+  open=$(sqlite3 "$WORK/ledger.db" "SELECT count(*) FROM transfers WHERE state NOT IN ('done','canceled') OR notified = 0" 2>/dev/null || echo "?")
+  printf '\r    requests ingested: %s / %s, transfers not yet finished and published: %s   ' "$seen" "$TRANSFERS" "$open"
+  if [ "$seen" -ge "$TRANSFERS" ] && [ "$open" = 0 ]; then break; fi
+  if [ "$(date +%s)" -ge "$DEADLINE" ]; then echo; echo "demo: timed out waiting for outcomes" >&2; exit 1; fi
+  sleep 0.5
+done
+echo
+END=$(date +%s.%N)
+
+say "6/6 summary"
+DEAD=$(metric_sum saga_dead_letters_total)
+sqlite3 -separator ' ' "$WORK/ledger.db" <<SQL | sed 's/^/    /'
+.mode list
+WITH t AS (SELECT finished_at - requested_at AS ms FROM transfers),
+     n AS (SELECT count(*) AS c FROM t)
+SELECT 'transfers finished:  ' || (SELECT c FROM n);
+SELECT 'end-to-end rate:     ' || printf('%.0f', (SELECT c FROM n) * 1000.0 /
+        ((SELECT max(finished_at) FROM transfers) - (SELECT min(requested_at) FROM transfers))) || ' transfers/s (first request to last outcome)';
+SELECT 'latency p50 / p99:   ' ||
+       (SELECT ms FROM t ORDER BY ms LIMIT 1 OFFSET (SELECT c FROM n) * 50 / 100) || ' ms / ' ||
+       (SELECT ms FROM t ORDER BY ms LIMIT 1 OFFSET (SELECT c FROM n) * 99 / 100) || ' ms (request timestamp to terminal state)';
+SELECT 'outcome ' || state || (CASE WHEN reason = 'none' THEN '' ELSE ' (' || reason || ')' END) || ': ' || count(*)
+  FROM transfers GROUP BY state, reason ORDER BY count(*) DESC;
+SQL
+echo "    dead letters:        $DEAD (invalid or conflicting requests, on transfers.dlq)"
+awk -v a="$START" -v b="$END" 'BEGIN {printf "    wall time:           %.1f s from first publish to last outcome\n", b - a}'
+echo
+say "audit"
+"$BIN/sagactl" --store "$STORE" audit | sed 's/^/    /'
+
+for pid in "${PIDS[@]:1}"; do kill -TERM "$pid" 2>/dev/null || true; done
+for pid in "${PIDS[@]:1}"; do wait "$pid" || { echo "demo: a worker did not exit cleanly" >&2; exit 1; }; done
+PIDS=("${PIDS[0]}")
+say "demo finished: workers drained and exited 0"
