@@ -47,8 +47,10 @@ Status unexpected(const LegRequest& leg, LegStatus status) {
 
 SagaEngine::SagaEngine(Ledger& ledger, Options options, SagaObserver* observer)
     : ledger_(ledger), options_(std::move(options)), observer_(observer) {
+  if (observer_ == nullptr) observer_ = &null_observer_;
   shards_.resize(ledger_.shard_count());
   followups_.resize(ledger_.shard_count());
+  snapshot_ids_.resize(ledger_.shard_count());
 }
 
 SagaEngine::~SagaEngine() = default;
@@ -69,9 +71,13 @@ Status SagaEngine::run(std::vector<SagaItem>& items) {
   // does, so the bound is never reached by a healthy batch.
   constexpr int kMaxRounds = 4;
   for (int round = 0; round < kMaxRounds; ++round) {
-    if (Status s = step_initial(items); !s) return s;
-    if (Status s = step_legs(items); !s) return s;
-    if (Status s = step_compensate_and_release(items); !s) return s;
+    Status s = step_initial(items);
+    if (s) s = step_legs(items);
+    if (s) s = step_compensate_and_release(items);
+    if (!s) {
+      transitions_.clear();  // never carried into another run
+      return s;
+    }
     bool open = false;
     for (const SagaItem& it : items) open |= !it.dropped && !is_terminal(it.state);
     if (!open) break;
@@ -105,19 +111,124 @@ Status SagaEngine::run_legs(std::vector<ShardBatch>& shards, const char* stage) 
 }
 
 Status SagaEngine::step_legs(std::vector<SagaItem>& items) {
-  // Debits for every pending item, then credits for those whose debit is in
-  // the journal: a transfer with both legs posted always rolls forward.
-  for (ShardBatch& b : shards_) b.clear();
-  bool any = false;
+  pending_.clear();
   for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].dropped && items[i].state == TransferState::pending) pending_.push_back(i);
+  }
+  // Waves: each wave posts its debits, then its credits, in batch order. A
+  // transfer whose debit could come out differently than if the batch ran
+  // one transfer at a time (it needs a credit or a reversal of this wave) is
+  // deferred to the next wave, with every later transfer sharing an account
+  // with it, so the batch gives the one-by-one result.
+  while (!pending_.empty()) {
+    if (Status s = load_snapshot(items); !s) return s;
+    plan_wave(items);
+    if (Status s = post_wave(items); !s) return s;
+    pending_.swap(deferred_);
+    if (!pending_.empty()) {
+      // Reversals of this wave must land before the next wave's debits.
+      if (Status s = step_compensate_and_release(items); !s) return s;
+    }
+  }
+  return Status::ok();
+}
+
+Status SagaEngine::load_snapshot(std::vector<SagaItem>& items) {
+  accounts_.clear();
+  for (auto& ids : snapshot_ids_) ids.clear();
+  for (std::size_t i : pending_) {
+    for (std::string_view id : {std::string_view(items[i].source), std::string_view(items[i].destination)}) {
+      if (accounts_.try_emplace(id).second) snapshot_ids_[ledger_.shard_index(id)].push_back(id);
+    }
+  }
+  const auto started = Clock::now();
+  for (std::size_t s = 0; s < snapshot_ids_.size(); ++s) {
+    if (snapshot_ids_[s].empty()) continue;
+    snapshot_.resize(snapshot_ids_[s].size());
+    Status st = with_retries("plan", [&] { return ledger_.shard(s).load_accounts(snapshot_ids_[s], snapshot_); });
+    if (st.kind() == ErrorKind::fatal) return st;
+    if (!st) {
+      for (std::size_t i : pending_) items[i].dropped = true;
+      pending_.clear();
+      return Status::ok();
+    }
+    for (std::size_t k = 0; k < snapshot_ids_[s].size(); ++k) {
+      AccountSnap& a = accounts_[snapshot_ids_[s][k]];
+      a.exists = snapshot_[k].has_value();
+      if (!a.exists) continue;
+      a.locked = snapshot_[k]->locked;
+      a.balance = snapshot_[k]->balance;
+      a.min_balance = snapshot_[k]->min_balance;
+      a.currency = snapshot_[k]->currency;
+    }
+  }
+  observer_->on_stage("plan", Clock::now() - started);
+  return Status::ok();
+}
+
+void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
+  wave_.clear();
+  deferred_.clear();
+  for (auto& [id, a] : accounts_) {
+    a.write_balance = a.balance;
+    a.sequential_balance = a.balance;
+    a.blocked = false;
+  }
+  for (std::size_t i : pending_) {
     const SagaItem& it = items[i];
-    if (it.dropped || it.state != TransferState::pending) continue;
+    AccountSnap& src = accounts_[it.source];
+    AccountSnap& dst = accounts_[it.destination];
+    auto defer = [&] {
+      deferred_.push_back(i);
+      src.blocked = dst.blocked = true;
+    };
+    if (src.blocked || dst.blocked) {
+      defer();
+      continue;
+    }
+    const bool currency_ok =
+        it.currency.empty() || src.currency.empty() || it.currency == src.currency;
+    if (!src.exists || src.locked || !currency_ok) {  // refused at the debit either way
+      wave_.push_back(i);
+      continue;
+    }
+    std::int64_t write_next = 0;
+    std::int64_t seq_next = 0;
+    const bool write_ok = !__builtin_sub_overflow(src.write_balance, it.amount, &write_next) &&
+                          write_next >= src.min_balance;
+    const bool seq_ok = !__builtin_sub_overflow(src.sequential_balance, it.amount, &seq_next) &&
+                        seq_next >= src.min_balance;
+    if (seq_ok && !write_ok) {  // one by one it passes, in this wave it would not
+      defer();
+      continue;
+    }
+    wave_.push_back(i);
+    if (!seq_ok) continue;  // insufficient funds either way
+    src.write_balance = write_next;
+    src.sequential_balance = seq_next;
+    const std::string& currency = it.currency.empty() ? src.currency : it.currency;
+    std::int64_t credited = 0;
+    const bool credit_ok = dst.exists && !dst.locked &&
+                           (currency.empty() || dst.currency.empty() || currency == dst.currency) &&
+                           !__builtin_add_overflow(dst.sequential_balance, it.amount, &credited);
+    if (credit_ok) {
+      dst.sequential_balance = credited;  // lands after this wave's debits
+    } else {
+      src.sequential_balance += it.amount;  // one by one, reversed at once
+    }
+  }
+}
+
+Status SagaEngine::post_wave(std::vector<SagaItem>& items) {
+  // Debits for the wave, then credits for those whose debit is in the
+  // journal: a transfer with both legs posted always rolls forward.
+  for (ShardBatch& b : shards_) b.clear();
+  for (std::size_t i : wave_) {
+    const SagaItem& it = items[i];
     ShardBatch& b = shards_[ledger_.shard_index(it.source)];
     b.legs.push_back({LegOp::debit, it.id, it.source, it.amount, it.currency});
     b.item.push_back(i);
-    any = true;
   }
-  if (!any) return Status::ok();
   if (Status s = run_legs(shards_, "debit"); !s) return s;
 
   for (ShardBatch& b : followups_) b.clear();
@@ -244,7 +355,6 @@ Status SagaEngine::step_compensate_and_release(std::vector<SagaItem>& items) {
       const LegStatus st = b.results[k].status;
       if (st != LegStatus::reversed && st != LegStatus::voided) return unexpected(b.legs[k], st);
       transitions_.push_back({b.item[k], TransferState::canceled, it.reason});
-      observer_->on_compensation(it.reason);
     }
   }
   return write_transitions(items, "finish");
@@ -278,6 +388,7 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
       continue;
     }
     ++counts[static_cast<std::size_t>(it.state)][static_cast<std::size_t>(transitions_[k].to)];
+    if (transitions_[k].to == TransferState::canceled) observer_->on_compensation(transitions_[k].reason);
     it.state = transitions_[k].to;
     it.reason = transitions_[k].reason;
   }

@@ -33,13 +33,5 @@ Status cancel_transfer(Ledger& ledger, std::string_view id, std::string_view ope
 Status retry_transfer(Ledger& ledger, std::string_view id, std::string_view operator_id,
                       SagaObserver& observer, ActionOutcome& out);
 
-// An observer that records nothing, for tools and tests.
-class NullObserver final : public SagaObserver {
- public:
-  void on_transitions(TransferState, TransferState, std::size_t) override {}
-  void on_compensation(Reason) override {}
-  void on_stage(std::string_view, std::chrono::nanoseconds) override {}
-  void on_store_error(std::string_view, const Status&) override {}
-};
 
 }  // namespace sagapool

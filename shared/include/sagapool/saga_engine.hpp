@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sagapool/domain.hpp"
@@ -28,6 +30,15 @@ class SagaObserver {
   virtual void on_compensation(Reason reason) = 0;
   virtual void on_stage(std::string_view stage, std::chrono::nanoseconds elapsed) = 0;
   virtual void on_store_error(std::string_view op, const Status& error) = 0;
+};
+
+// An observer that records nothing, for tools and tests.
+class NullObserver final : public SagaObserver {
+ public:
+  void on_transitions(TransferState, TransferState, std::size_t) override {}
+  void on_compensation(Reason) override {}
+  void on_stage(std::string_view, std::chrono::nanoseconds) override {}
+  void on_store_error(std::string_view, const Status&) override {}
 };
 
 // One transfer as the engine carries it through a batch.
@@ -68,8 +79,22 @@ class SagaEngine {
 
  private:
   struct ShardBatch;
+  // What the planner knows of an account during one batch.
+  struct AccountSnap {
+    bool exists = false;
+    bool locked = false;
+    bool blocked = false;  // touched by a deferred transfer in this wave
+    std::int64_t balance = 0;
+    std::int64_t min_balance = 0;
+    std::int64_t write_balance = 0;       // as the wave's debits will see it
+    std::int64_t sequential_balance = 0;  // as one-by-one processing would
+    std::string currency;
+  };
   Status step_initial(std::vector<SagaItem>& items);
   Status step_legs(std::vector<SagaItem>& items);
+  Status load_snapshot(std::vector<SagaItem>& items);
+  void plan_wave(std::vector<SagaItem>& items);
+  Status post_wave(std::vector<SagaItem>& items);
   Status step_compensate_and_release(std::vector<SagaItem>& items);
   Status write_transitions(std::vector<SagaItem>& items, const char* stage);
   Status run_legs(std::vector<ShardBatch>& shards, const char* stage);
@@ -91,6 +116,13 @@ class SagaEngine {
   std::vector<std::uint8_t> applied_;
   std::vector<ShardBatch> shards_;     // first legs of a stage, per shard
   std::vector<ShardBatch> followups_;  // legs that depend on their results
+  std::vector<std::size_t> pending_;   // items to post, in batch order
+  std::vector<std::size_t> wave_;
+  std::vector<std::size_t> deferred_;
+  std::unordered_map<std::string_view, AccountSnap> accounts_;
+  std::vector<std::vector<std::string_view>> snapshot_ids_;  // per shard
+  std::vector<std::optional<Account>> snapshot_;
+  NullObserver null_observer_;
 };
 
 }  // namespace sagapool

@@ -68,7 +68,9 @@ struct Transition {
   std::int64_t epoch = 0;
 };
 
-// Per-state figures for monitoring, computed from indexed columns.
+// Per-state figures for monitoring, computed from indexed columns: only the
+// non-terminal states are counted (terminal totals come from the counters;
+// counting them here would scan the whole table).
 struct StateStats {
   std::int64_t count = 0;
   std::int64_t oldest_created_ms = 0;  // 0 when count == 0
@@ -168,6 +170,17 @@ class Store {
   // Inserts all accounts or none; an existing id is a fatal error naming it.
   virtual Status create_accounts(std::span<const Account> accounts) = 0;
   virtual Status load_account(std::string_view id, std::optional<Account>& out) = 0;
+  // Reads many accounts in one round trip (one consistent snapshot);
+  // out[i] is nullopt when ids[i] does not exist. The engine plans a batch
+  // from it; every leg still re-checks its conditions when it writes.
+  // The default reads one account at a time; backends override it.
+  virtual Status load_accounts(std::span<const std::string_view> ids,
+                               std::span<std::optional<Account>> out) {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (Status s = load_account(ids[i], out[i]); !s) return s;
+    }
+    return Status::ok();
+  }
   virtual Status set_locked(std::string_view id, bool locked, bool& found) = 0;
   virtual Status postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) = 0;
   virtual Status postings_for_account(std::string_view account_id, std::size_t limit,
