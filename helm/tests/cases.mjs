@@ -1,0 +1,227 @@
+// The values files the chart is rendered with, and what each must produce
+// beyond the common checks.
+import {
+  assert, assertEqual, b64, byKind, check, one, parseWorkerToml, render, renderNotes,
+} from "./lib.mjs";
+
+const kinds = (objs) => new Set(objs.map((o) => o.kind));
+function expectKinds(objs, present, absent) {
+  const k = kinds(objs);
+  for (const p of present) assert(k.has(p), `${p} not rendered`);
+  for (const a of absent) assert(!k.has(a), `${a} rendered`);
+}
+const deployment = (objs) => one(objs, "Deployment");
+const workerOf = (objs) => deployment(objs).spec.template.spec.containers.find((c) => c.name === "worker");
+const tomlOf = (objs) => parseWorkerToml(byKind(objs, "ConfigMap").find((c) => c.data?.["worker.toml"]).data["worker.toml"]);
+const envOf = (objs, name) => (workerOf(objs).env || []).find((e) => e.name === name);
+
+export const cases = {
+  defaults: {
+    values: [],
+    checks(objs, name) {
+      check(`${name}: the expected objects and no optional ones`, () => {
+        expectKinds(objs,
+          ["Deployment", "ConfigMap", "Service", "ServiceAccount", "PodDisruptionBudget", "Job", "Pod"],
+          ["HorizontalPodAutoscaler", "ScaledObject", "TriggerAuthentication", "ServiceMonitor", "PrometheusRule", "NetworkPolicy", "Secret"]);
+        assertEqual(deployment(objs).spec.replicas, 2, "replicas");
+        assertEqual(deployment(objs).spec.template.spec.terminationGracePeriodSeconds, 35, "grace = 20s drain + 15s");
+        assertEqual(envOf(objs, "SAGA_STORE_0").valueFrom.secretKeyRef, { name: "sagapool-store-0", key: "url" }, "default store Secret");
+        assert(!byKind(objs, "ConfigMap").some((c) => c.metadata.name.endsWith("-dashboards")), "dashboards rendered");
+      });
+      check(`${name}: the worker configuration`, () => {
+        assertEqual(tomlOf(objs), {
+          brokers: "kafka:9092", group: "sagapool",
+          "requests-topic": "transfers.requests", "results-topic": "transfers.results", "dlq-topic": "transfers.dlq",
+          lease: "30s", "metrics-addr": "0.0.0.0:9464", "log-format": "json", "drain-timeout": "20s",
+        }, "worker.toml");
+      });
+      check(`${name}: large numbers from values files keep their digits (Helm reads them as floats)`, () => {
+        const big = render([{
+          securityContext: { runAsUser: 1000680001, runAsGroup: 0, fsGroup: 1000680001 },
+          kafka: { requestsPartitions: 2000000, options: { "fetch.max.bytes": 52428800, "fetch.wait.max.ms": 2.5 } },
+          worker: { replicaCount: 1500000, batchSize: 100000 },
+          autoscaling: { maxReplicas: 1000000, keda: { enabled: true, lagThreshold: 1000000, cooldownPeriod: 86400 } },
+        }]);
+        const psc = deployment(big).spec.template.spec.securityContext;
+        assertEqual([psc.runAsUser, psc.runAsGroup, psc.fsGroup], [1000680001, 0, 1000680001], "pod ids");
+        for (const o of big) {
+          const m = /^.*(:|-)\s+-?[0-9]+(\.[0-9]+)?e[+-]?[0-9]+\s*$/m.exec(o.__text);
+          assert(!m, `${o.kind}/${o.metadata.name} has a number in exponent notation: ${m?.[0]}`);
+        }
+        const t = tomlOf(big);
+        assertEqual(t["kafka-opt"], ["fetch.max.bytes=52428800", "fetch.wait.max.ms=2.5"], "kafka-opt");
+        assertEqual(t["batch-size"], 100000, "batch-size");
+        const so = one(big, "ScaledObject");
+        assertEqual([so.spec.maxReplicaCount, so.spec.cooldownPeriod, so.spec.triggers[0].metadata.lagThreshold],
+          [1000000, 86400, "1000000"], "ScaledObject numbers");
+      });
+      check(`${name}: checksum/config changes with the configuration and only with it`, () => {
+        const sum = (o) => deployment(o).spec.template.metadata.annotations["checksum/config"];
+        const base = sum(objs);
+        assert(sum(render([{ worker: { lease: "45s" } }])) !== base, "a new lease does not roll the pods");
+        assert(sum(render([{ kafka: { options: { "fetch.wait.max.ms": "50" } } }])) !== base, "a new Kafka option does not roll the pods");
+        assertEqual(sum(render([{ worker: { replicaCount: 3 } }])), base, "a replica count change rolls the pods");
+      });
+    },
+  },
+
+  keda: {
+    values: ["keda.yaml"],
+    checks(objs, name) {
+      check(`${name}: a ScaledObject on the group's lag, with the workers' SASL credentials`, () => {
+        expectKinds(objs, ["ScaledObject", "TriggerAuthentication"], ["HorizontalPodAutoscaler", "Secret"]);
+        const so = one(objs, "ScaledObject");
+        assertEqual([so.spec.minReplicaCount, so.spec.maxReplicaCount], [0, 12], "replica range");
+        const t = so.spec.triggers[0];
+        assertEqual(t.type, "kafka", "trigger type");
+        assertEqual(t.metadata, {
+          bootstrapServers: "kafka-0.kafka:9093,kafka-1.kafka:9093,kafka-2.kafka:9093",
+          consumerGroup: "sagapool", topic: "transfers.requests", lagThreshold: "500",
+          activationLagThreshold: "0", offsetResetPolicy: "earliest", allowIdleConsumers: "false",
+          sasl: "scram_sha512", tls: "enable",
+        }, "trigger metadata");
+        const ta = one(objs, "TriggerAuthentication");
+        assertEqual(t.authenticationRef.name, ta.metadata.name, "authenticationRef");
+        assertEqual(ta.spec.secretTargetRef, [
+          { parameter: "username", name: "kafka-sagapool-user", key: "username" },
+          { parameter: "password", name: "kafka-sagapool-user", key: "password" },
+        ], "TriggerAuthentication secrets");
+        assert(so.spec.maxReplicaCount <= 12, "maxReplicaCount above the partition count");
+      });
+      check(`${name}: KEDA's names for the SASL mechanisms`, () => {
+        for (const [mechanism, keda] of [["PLAIN", "plaintext"], ["SCRAM-SHA-256", "scram_sha256"], ["SCRAM-SHA-512", "scram_sha512"]]) {
+          const so = one(render(["keda.yaml", { kafka: { sasl: { mechanism } } }]), "ScaledObject");
+          assertEqual(so.spec.triggers[0].metadata.sasl, keda, `sasl for ${mechanism}`);
+        }
+      });
+      check(`${name}: SASL in the worker configuration and environment`, () => {
+        assertEqual(tomlOf(objs)["kafka-opt"], ["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512"], "kafka-opt");
+        assertEqual(envOf(objs, "SAGA_KAFKA_SASL_PASSWORD").valueFrom.secretKeyRef,
+          { name: "kafka-sagapool-user", key: "password" }, "SASL password");
+        assertEqual(envOf(objs, "SAGA_STORE_0").valueFrom.secretKeyRef, { name: "ledger-db-app", key: "uri" }, "store Secret");
+      });
+    },
+  },
+
+  hpa: {
+    values: ["hpa.yaml"],
+    checks(objs, name) {
+      check(`${name}: an HPA with the given metrics and no ScaledObject`, () => {
+        expectKinds(objs, ["HorizontalPodAutoscaler"], ["ScaledObject", "TriggerAuthentication"]);
+        const hpa = one(objs, "HorizontalPodAutoscaler");
+        assertEqual([hpa.spec.minReplicas, hpa.spec.maxReplicas], [2, 6], "replica range");
+        assertEqual(hpa.spec.metrics.map((m) => m.type), ["Resource", "External"], "metrics");
+        assertEqual(hpa.spec.behavior.scaleDown.stabilizationWindowSeconds, 300, "scale-down stabilisation");
+        assertEqual(one(objs, "PodDisruptionBudget").spec, {
+          minAvailable: "50%", selector: one(objs, "PodDisruptionBudget").spec.selector,
+        }, "PDB uses minAvailable only");
+      });
+    },
+  },
+
+  "prometheus-operator": {
+    values: ["prometheus-operator.yaml"],
+    checks(objs, name) {
+      check(`${name}: ServiceMonitor, both PrometheusRules, the dashboards and the NetworkPolicy`, () => {
+        expectKinds(objs, ["ServiceMonitor", "PrometheusRule", "NetworkPolicy"], []);
+        assertEqual(byKind(objs, "PrometheusRule").map((p) => p.metadata.annotations["sagapool.io/source"]).sort(),
+          ["monitoring/rules/alerts.yml", "monitoring/rules/recording.yml"], "rule files");
+        for (const o of [...byKind(objs, "PrometheusRule"), one(objs, "ServiceMonitor")]) {
+          assertEqual(o.metadata.labels.release, "kube-prometheus-stack", `${o.kind} release label`);
+        }
+        const sm = one(objs, "ServiceMonitor");
+        assertEqual(sm.spec.namespaceSelector.matchNames, ["payments"], "ServiceMonitor namespace");
+        assertEqual(sm.spec.endpoints[0].interval, "15s", "scrape interval");
+        const cm = byKind(objs, "ConfigMap").find((c) => c.metadata.name.endsWith("-dashboards"));
+        assert(cm, "no dashboards ConfigMap");
+        assertEqual([cm.metadata.namespace, cm.metadata.labels.grafana_dashboard, cm.metadata.annotations.grafana_folder],
+          ["monitoring", "1", "Payments"], "dashboards namespace, sidecar label, folder");
+      });
+      check(`${name}: NetworkPolicy admits the metrics port only, from Prometheus and the test pod`, () => {
+        const np = one(objs, "NetworkPolicy");
+        assertEqual(np.spec.policyTypes, ["Ingress"], "policy types");
+        assertEqual(np.spec.ingress.length, 1, "one ingress rule");
+        assertEqual(np.spec.ingress[0].ports, [{ port: "metrics", protocol: "TCP" }], "ports");
+        const from = np.spec.ingress[0].from;
+        assertEqual(from[0].namespaceSelector.matchLabels, { "kubernetes.io/metadata.name": "monitoring" }, "Prometheus peer");
+        const testPod = one(objs, "Pod");
+        assert(Object.entries(from[1].podSelector.matchLabels).every(([k, v]) => testPod.metadata.labels[k] === v),
+          "the test pod is not admitted");
+      });
+    },
+  },
+
+  "external-secrets": {
+    values: ["external-secrets.yaml"],
+    checks(objs, name) {
+      check(`${name}: no chart-made Secret; every credential from the named Secrets`, () => {
+        expectKinds(objs, ["Deployment"], ["Secret", "ServiceAccount"]);
+        assertEqual(envOf(objs, "SAGA_KAFKA_SASL_USERNAME").valueFrom.secretKeyRef, { name: "sagapool-kafka", key: "user" }, "SASL user");
+        assertEqual(envOf(objs, "SAGA_KAFKA_SASL_PASSWORD").valueFrom.secretKeyRef, { name: "sagapool-kafka", key: "pass" }, "SASL password");
+        assertEqual(envOf(objs, "SAGA_STORE_0").valueFrom.secretKeyRef, { name: "ledger-0", key: "uri" }, "store 0");
+        assertEqual(envOf(objs, "STORE_1_PASSWORD").valueFrom.secretKeyRef, { name: "ledger-1-password", key: "password" }, "store 1 password");
+        assertEqual(envOf(objs, "SAGA_STORE_1").value,
+          "postgresql://sagapool@ledger-1.db:5432/ledger?sslmode=verify-full&password=$(STORE_1_PASSWORD)", "store 1 URL");
+        assertEqual(deployment(objs).spec.template.spec.serviceAccountName, "payments-workers", "existing ServiceAccount");
+      });
+      check(`${name}: the Kafka CA is mounted and named in the configuration`, () => {
+        const toml = tomlOf(objs);
+        assertEqual(toml["kafka-opt"], [
+          "security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-256", "ssl.ca.location=/etc/sagapool/kafka-ca/ca.crt",
+          "fetch.max.bytes=52428800", "statistics.interval.ms=0",
+        ], "kafka-opt");
+        const pod = deployment(objs).spec.template.spec;
+        const vol = pod.volumes.find((v) => v.secret?.secretName === "my-cluster-cluster-ca-cert");
+        assert(vol, "CA Secret not mounted");
+        assert(workerOf(objs).volumeMounts.some((m) => m.name === vol.name && m.mountPath === "/etc/sagapool/kafka-ca" && m.readOnly),
+          "CA not mounted read-only at /etc/sagapool/kafka-ca");
+      });
+      check(`${name}: ids left to the platform`, () => {
+        const psc = deployment(objs).spec.template.spec.securityContext;
+        assertEqual([psc.runAsUser, psc.runAsGroup, psc.fsGroup], [undefined, undefined, undefined], "pod ids");
+        assertEqual(workerOf(objs).securityContext.runAsUser, undefined, "container uid");
+      });
+    },
+  },
+
+  "several-stores": {
+    values: ["several-stores.yaml"],
+    secrets: ["S3NTINEL-sasl-password", "S3NTINEL-store-0", "S3NTINEL-store-3"],
+    checks(objs, name) {
+      check(`${name}: four stores in order, each in its form`, () => {
+        const w = workerOf(objs);
+        assertEqual(w.args, ["--config", "/etc/sagapool/worker.toml",
+          "--store", "$(SAGA_STORE_0)", "--store", "$(SAGA_STORE_1)", "--store", "$(SAGA_STORE_2)", "--store", "$(SAGA_STORE_3)"], "args");
+        const secret = one(objs, "Secret", (s) => !s.metadata.annotations?.["helm.sh/hook"]);
+        assertEqual(Object.keys(secret.data).sort(),
+          ["kafka-sasl-password", "kafka-sasl-username", "store-0-url", "store-3-url"], "chart Secret keys");
+        assertEqual(secret.data["store-3-url"], b64("postgresql://sagapool:S3NTINEL-store-3@ledger-3.db/ledger?sslmode=require"), "store 3 URL");
+        assertEqual(envOf(objs, "SAGA_STORE_0").valueFrom.secretKeyRef, { name: secret.metadata.name, key: "store-0-url" }, "store 0");
+        assertEqual(envOf(objs, "SAGA_STORE_1").valueFrom.secretKeyRef, { name: "ledger-1", key: "url" }, "store 1");
+        assertEqual(envOf(objs, "STORE_2_PASSWORD").valueFrom.secretKeyRef, { name: "ledger-2", key: "password" }, "store 2 password");
+        assertEqual(envOf(objs, "SAGA_STORE_3").valueFrom.secretKeyRef, { name: secret.metadata.name, key: "store-3-url" }, "store 3");
+        assertEqual(deployment(objs).metadata.annotations["sagapool.io/store-count"], "4", "store-count annotation");
+      });
+      check(`${name}: the migration Job reads a hook copy of the chart Secret`, () => {
+        const hook = one(objs, "Secret", (s) => s.metadata.annotations?.["helm.sh/hook"]);
+        const main = one(objs, "Secret", (s) => !s.metadata.annotations?.["helm.sh/hook"]);
+        assertEqual(hook.data, main.data, "hook Secret data");
+        assertEqual(hook.metadata.annotations["helm.sh/hook-delete-policy"], "before-hook-creation,hook-succeeded", "hook Secret cleanup");
+        const env = one(objs, "Job").spec.template.spec.containers[0].env;
+        assertEqual(env.find((e) => e.name === "SAGA_STORE_0").valueFrom.secretKeyRef.name, hook.metadata.name, "Job store 0");
+      });
+      check(`${name}: worker settings from values`, () => {
+        const t = tomlOf(objs);
+        assertEqual([t["batch-size"], t["drain-timeout"], t["log-format"]], [250, "45s", "text"], "batch, drain, log format");
+        assertEqual(deployment(objs).spec.template.spec.terminationGracePeriodSeconds, 60, "grace = 45s + 15s");
+        assertEqual(deployment(objs).spec.replicas, 8, "replicas = partitions is allowed");
+      });
+      check(`${name}: NOTES name the Secrets but print no secret value`, () => {
+        const notes = renderNotes(["several-stores.yaml"]);
+        assert(/store 1: Secret ledger-1, key url/.test(notes), `NOTES do not name the store Secret:\n${notes}`);
+        for (const s of cases["several-stores"].secrets) assert(!notes.includes(s), `NOTES print ${s}`);
+        assert(!/postgresql:\/\/[^\s]*@/.test(notes), "NOTES print a store URL");
+      });
+    },
+  },
+};
