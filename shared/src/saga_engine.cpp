@@ -56,7 +56,7 @@ SagaEngine::SagaEngine(Ledger& ledger, Options options, SagaObserver* observer)
 SagaEngine::~SagaEngine() = default;
 
 template <typename Call>
-Status SagaEngine::with_retries(std::string_view op, Call&& call) {
+Status SagaEngine::with_retries_unscoped(std::string_view op, Call&& call) {
   for (int attempt = 0;; ++attempt) {
     Status s = call();
     if (s) return s;
@@ -66,7 +66,49 @@ Status SagaEngine::with_retries(std::string_view op, Call&& call) {
   }
 }
 
+template <typename Call>
+Status SagaEngine::with_retries(std::string_view op, Call&& call) {
+  for (int attempt = 0;; ++attempt) {
+    Status s = call();
+    if (s) return s;
+    observer_->on_store_error(op, s);
+    if (s.kind() != ErrorKind::retry_call || attempt >= options_.call_retries || scoped_) {
+      store_failed_ = true;
+      return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 10 << attempt)));
+  }
+}
+
 Status SagaEngine::run(std::vector<SagaItem>& items) {
+  // One store: the whole batch is one transaction there (one commit instead
+  // of one per stage). Several stores: each stage commits on its own shard.
+  scoped_ = ledger_.shard_count() == 1;
+  store_failed_ = false;
+  if (scoped_) {
+    Status s = with_retries_unscoped("begin", [&] { return ledger_.shard(0).begin_scope(); });
+    if (!s) {
+      for (SagaItem& it : items) it.dropped = true;
+      scoped_ = false;
+      return s.kind() == ErrorKind::fatal ? s : Status::ok();
+    }
+  }
+  Status s = run_rounds(items);
+  if (scoped_) {
+    scoped_ = false;
+    const bool commit = s.is_ok() && !store_failed_;
+    Status end = ledger_.shard(0).end_scope(commit);
+    if (!commit || !end) {
+      // Nothing of this run is in the store: leave every item to recovery.
+      if (!end) observer_->on_store_error("commit", end);
+      for (SagaItem& it : items) it.dropped = true;
+      if (s.is_ok() && end.kind() == ErrorKind::fatal) s = end;
+    }
+  }
+  return s;
+}
+
+Status SagaEngine::run_rounds(std::vector<SagaItem>& items) {
   // A roll-forward (canceling -> applied) needs one more round; nothing else
   // does, so the bound is never reached by a healthy batch.
   constexpr int kMaxRounds = 4;

@@ -152,6 +152,20 @@ class SqliteStore final : public Store {
     return tx.commit();
   }
 
+  Status begin_scope() override {
+    if (Status s = exec("BEGIN IMMEDIATE"); !s) return s;
+    in_scope_ = true;
+    return Status::ok();
+  }
+
+  Status end_scope(bool commit) override {
+    in_scope_ = false;
+    if (commit) return exec("COMMIT");
+    // SQLite may already have rolled back on some errors.
+    if (sqlite3_get_autocommit(db_.get()) == 0) return exec("ROLLBACK");
+    return Status::ok();
+  }
+
   Status now_ms(std::int64_t& out) override {
     out = wall_now_ms();
     return Status::ok();
@@ -225,7 +239,7 @@ class SqliteStore final : public Store {
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
     if (Status s = prepare(
-            "UPDATE transfers SET state = ?1, reason = ?2, last_modified = ?3, lease_until = ?4, "
+            "UPDATE OR FAIL transfers SET state = ?1, reason = ?2, last_modified = ?3, lease_until = ?4, "
             "finished_at = CASE WHEN ?7 THEN ?3 ELSE finished_at END, "
             "notified = CASE WHEN ?7 THEN 0 ELSE notified END "
             "WHERE id = ?5 AND state = ?6 AND owner = ?8 AND epoch = ?9",
@@ -256,7 +270,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(std::string("UPDATE transfers SET owner = ?1, epoch = epoch + 1, "
+    if (Status s = prepare(std::string("UPDATE OR FAIL transfers SET owner = ?1, epoch = epoch + 1, "
                                        "attempts = attempts + 1, lease_until = ?2 + ?3 "
                                        "WHERE id IN (SELECT id FROM transfers WHERE "
                                        "(state IN ('initial','pending','applied','canceling') "
@@ -280,7 +294,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(std::string("UPDATE transfers SET owner = ?1, epoch = epoch + 1, "
+    if (Status s = prepare(std::string("UPDATE OR FAIL transfers SET owner = ?1, epoch = epoch + 1, "
                                        "attempts = attempts + 1, lease_until = ?2 "
                                        "WHERE id = ?3 RETURNING ") +
                                kTransferColumns,
@@ -301,7 +315,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("UPDATE transfers SET notified = 1 WHERE id = ?1 AND notified = 0 "
+    if (Status s = prepare("UPDATE OR FAIL transfers SET notified = 1 WHERE id = ?1 AND notified = 0 "
                            "AND state IN ('done', 'canceled')",
                            st);
         !s)
@@ -460,7 +474,7 @@ class SqliteStore final : public Store {
 
   Status set_locked(std::string_view id, bool locked, bool& found) override {
     Stmt* st = nullptr;
-    if (Status s = prepare("UPDATE accounts SET locked = ?1 WHERE id = ?2", st); !s) return s;
+    if (Status s = prepare("UPDATE OR FAIL accounts SET locked = ?1 WHERE id = ?2", st); !s) return s;
     bind_arg(st, 1, static_cast<std::int64_t>(locked));
     bind_arg(st, 2, id);
     if (Status s = step_done(st, "set locked"); !s) return s;
@@ -565,14 +579,14 @@ class SqliteStore final : public Store {
          "account_id = ?2 AND kind = ?3), a.id IS NOT NULL, a.balance, a.min_balance, "
          "a.currency, a.locked FROM (SELECT 1) LEFT JOIN accounts a ON a.id = ?2"},
         {&l.insert_posting,
-         "INSERT INTO postings(transfer_id, account_id, kind, amount, at) "
+         "INSERT OR FAIL INTO postings(transfer_id, account_id, kind, amount, at) "
          "VALUES (?1, ?2, ?3, ?4, ?5)"},
-        {&l.set_balance, "UPDATE accounts SET balance = ?1 WHERE id = ?2"},
+        {&l.set_balance, "UPDATE OR FAIL accounts SET balance = ?1 WHERE id = ?2"},
         {&l.add_pending,
-         "INSERT INTO pending(account_id, transfer_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING"},
+         "INSERT OR FAIL INTO pending(account_id, transfer_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING"},
         {&l.drop_pending, "DELETE FROM pending WHERE account_id = ?1 AND transfer_id = ?2"},
         {&l.insert_void,
-         "INSERT INTO leg_voids(transfer_id, account_id, kind) VALUES (?1, ?2, ?3) "
+         "INSERT OR FAIL INTO leg_voids(transfer_id, account_id, kind) VALUES (?1, ?2, ?3) "
          "ON CONFLICT DO NOTHING"},
         {&l.has_posting,
          "SELECT amount FROM postings WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3"},
@@ -837,7 +851,8 @@ class SqliteStore final : public Store {
   }
 
   // BEGIN IMMEDIATE takes the write lock up front, so two writers never
-  // deadlock on a lock upgrade; rolled back unless committed.
+  // deadlock on a lock upgrade; rolled back unless committed. Inside a scope
+  // the scope's transaction is used instead.
   class Tx {
    public:
     explicit Tx(SqliteStore& s, const char* begin = "BEGIN IMMEDIATE") : s_(s), begin_(begin) {}
@@ -845,11 +860,13 @@ class SqliteStore final : public Store {
       if (open_) s_.exec("ROLLBACK").ignore();
     }
     Status begin() {
+      if (s_.in_scope_) return Status::ok();
       Status s = s_.exec(begin_);
       open_ = s.is_ok();
       return s;
     }
     Status commit() {
+      if (!open_) return Status::ok();
       Status s = s_.exec("COMMIT");
       if (s) open_ = false;
       return s;
@@ -864,6 +881,7 @@ class SqliteStore final : public Store {
   std::string name_;
   SqlitePtr db_;
   StatementCache statements_;
+  bool in_scope_ = false;
   bool out_bool_ = false;
 };
 

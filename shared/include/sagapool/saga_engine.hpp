@@ -90,6 +90,7 @@ class SagaEngine {
     std::int64_t sequential_balance = 0;  // as one-by-one processing would
     std::string currency;
   };
+  Status run_rounds(std::vector<SagaItem>& items);
   Status step_initial(std::vector<SagaItem>& items);
   Status step_legs(std::vector<SagaItem>& items);
   Status load_snapshot(std::vector<SagaItem>& items);
@@ -98,8 +99,12 @@ class SagaEngine {
   Status step_compensate_and_release(std::vector<SagaItem>& items);
   Status write_transitions(std::vector<SagaItem>& items, const char* stage);
   Status run_legs(std::vector<ShardBatch>& shards, const char* stage);
+  // Retries retry_call errors with backoff; inside a scope a failed call
+  // fails the whole run instead (its transaction must be rolled back).
   template <typename Call>
   Status with_retries(std::string_view op, Call&& call);
+  template <typename Call>
+  Status with_retries_unscoped(std::string_view op, Call&& call);
 
   Ledger& ledger_;
   Options options_;
@@ -123,6 +128,8 @@ class SagaEngine {
   std::vector<std::vector<std::string_view>> snapshot_ids_;  // per shard
   std::vector<std::optional<Account>> snapshot_;
   NullObserver null_observer_;
+  bool scoped_ = false;        // this run is one transaction on the only store
+  bool store_failed_ = false;  // a store call failed during this run
 };
 
 }  // namespace sagapool

@@ -143,6 +143,18 @@ class Store {
   virtual Status write_topology(const Topology& t) = 0;
   virtual Status now_ms(std::int64_t& out) = 0;  // the store's clock
 
+  // Groups the calls that follow into one transaction on this store, until
+  // end_scope: one commit for all of a batch's stages instead of one per
+  // stage. Every record write stays conditional and idempotent; the scope
+  // only makes them atomic together. After any failed call inside a scope
+  // the caller must end_scope(false), which undoes everything since
+  // begin_scope. Backends may ignore scopes (each call then commits alone).
+  virtual Status begin_scope() { return Status::ok(); }
+  virtual Status end_scope(bool commit) {
+    (void)commit;
+    return Status::ok();
+  }
+
   // Transfers.
   virtual Status insert_transfers(std::span<const NewTransfer> batch, std::string_view owner,
                                   std::int64_t lease_ms, std::span<InsertResult> results) = 0;
