@@ -83,27 +83,28 @@ Status SagaEngine::with_retries(std::string_view op, Call&& call) {
 Status SagaEngine::run(std::vector<SagaItem>& items) {
   // One store: the whole batch is one transaction there (one commit instead
   // of one per stage). Several stores: each stage commits on its own shard.
-  scoped_ = ledger_.shard_count() == 1;
-  store_failed_ = false;
-  if (scoped_) {
-    Status s = with_retries_unscoped("begin", [&] { return ledger_.shard(0).begin_scope(); });
-    if (!s) {
-      for (SagaItem& it : items) it.dropped = true;
-      scoped_ = false;
-      return s.kind() == ErrorKind::fatal ? s : Status::ok();
-    }
+  if (ledger_.shard_count() != 1) return run_rounds(items);
+  Store& store = ledger_.shard(0);
+  Status s = with_retries_unscoped("begin", [&] { return store.begin_scope(); });
+  if (s) s = run_in_scope(items);
+  if (s) s = store.end_scope(true);
+  if (!s) {
+    // Nothing of this run is in the store: leave every item to recovery.
+    observer_->on_store_error("commit", s);
+    store.end_scope(false).ignore();
+    for (SagaItem& it : items) it.dropped = true;
+    return s.kind() == ErrorKind::fatal ? s : Status::ok();
   }
+  return s;
+}
+
+Status SagaEngine::run_in_scope(std::vector<SagaItem>& items) {
+  scoped_ = true;
+  store_failed_ = false;
   Status s = run_rounds(items);
-  if (scoped_) {
-    scoped_ = false;
-    const bool commit = s.is_ok() && !store_failed_;
-    Status end = ledger_.shard(0).end_scope(commit);
-    if (!commit || !end) {
-      // Nothing of this run is in the store: leave every item to recovery.
-      if (!end) observer_->on_store_error("commit", end);
-      for (SagaItem& it : items) it.dropped = true;
-      if (s.is_ok() && end.kind() == ErrorKind::fatal) s = end;
-    }
+  scoped_ = false;
+  if (s && store_failed_) {
+    s = Status::retry_stage("a store call failed inside the batch transaction");
   }
   return s;
 }

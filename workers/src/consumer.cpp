@@ -94,8 +94,7 @@ void Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
   }
 }
 
-Status Consumer::store_offsets(const std::vector<MessagePtr>& batch) {
-  if (batch.empty()) return Status::ok();
+TopicPartitionListPtr Consumer::offsets_of(const std::vector<MessagePtr>& batch) {
   // Highest offset per (topic, partition); batches hold few partitions.
   TopicPartitionListPtr list(rd_kafka_topic_partition_list_new(16));
   for (const MessagePtr& m : batch) {
@@ -104,7 +103,12 @@ Status Consumer::store_offsets(const std::vector<MessagePtr>& batch) {
     if (tp == nullptr) tp = rd_kafka_topic_partition_list_add(list.get(), topic, m->partition);
     if (m->offset + 1 > tp->offset) tp->offset = m->offset + 1;
   }
-  const rd_kafka_resp_err_t err = rd_kafka_offsets_store(rk_.get(), list.get());
+  return list;
+}
+
+Status Consumer::store_offsets(rd_kafka_topic_partition_list_t& offsets) {
+  if (offsets.cnt == 0) return Status::ok();
+  const rd_kafka_resp_err_t err = rd_kafka_offsets_store(rk_.get(), &offsets);
   // _STATE means the partition was revoked meanwhile: its new owner will see
   // the messages again and find them already ingested (duplicates).
   if (err == RD_KAFKA_RESP_ERR__STATE) return Status::ok();

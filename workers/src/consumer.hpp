@@ -34,8 +34,10 @@ class Consumer {
   // first). Error events are logged and not returned. The caller owns them.
   void poll_batch(std::size_t max, std::chrono::milliseconds timeout, std::vector<MessagePtr>& out);
 
-  // Stores offset+1 of the highest message per partition in `batch`.
-  Status store_offsets(const std::vector<MessagePtr>& batch);
+  // offset+1 of the highest message per partition in `batch`.
+  static TopicPartitionListPtr offsets_of(const std::vector<MessagePtr>& batch);
+  // Stores them, to be committed by auto-commit (or on close).
+  Status store_offsets(rd_kafka_topic_partition_list_t& offsets);
 
   // Partitions currently assigned to this member.
   int assigned_partitions() const noexcept { return assigned_; }

@@ -10,8 +10,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Delivery-report tags: which publisher a report belongs to.
-char kDeadLetterTag;
+// Outcome delivery reports carry this tag; dead letters carry their batch's
+// PendingOffsets.
 char kOutcomeTag;
 
 std::int64_t wall_ms() {
@@ -63,7 +63,12 @@ Status Worker::run(const std::atomic<bool>& stop) {
       if (!result) break;
     }
     producer_->poll(std::chrono::milliseconds(0));
-    flush_notified();
+    if (batch_.empty()) {
+      result = mark_notified();  // otherwise done inside the next batch's transaction
+      if (!result) break;
+    }
+    result = store_ready_offsets();
+    if (!result) break;
     if (producer_->has_fatal_error()) {
       result = producer_->fatal_error();
       break;
@@ -74,15 +79,21 @@ Status Worker::run(const std::atomic<bool>& stop) {
       next_recovery = Clock::now() + options_.recovery_interval;
     }
   }
-  // Drain: everything ingested is durable and its offsets stored; publish
-  // what is queued, record it, then leave the group (committing offsets).
+  // Drain: everything ingested is durable; publish what is queued, record
+  // it, store the offsets whose dead letters arrived, then leave the group
+  // (committing offsets).
   batch_.clear();
   const auto half = options_.drain_timeout / 2;
   if (!producer_->flush(half)) {
     spdlog::warn("drain: {} outcome/dead-letter message(s) not delivered in time; recovery will "
                  "publish the outcomes again", producer_->outq_len());
   }
-  flush_notified();
+  mark_notified().ignore();
+  store_ready_offsets().ignore();
+  if (!offsets_.empty()) {
+    spdlog::warn("drain: {} batch(es) with undelivered dead letters keep their offsets "
+                 "uncommitted; they will be consumed again", offsets_.size());
+  }
   consumer_->close();
   producer_->close(half);
   spdlog::info("drained and stopped");
@@ -92,10 +103,10 @@ Status Worker::run(const std::atomic<bool>& stop) {
 Status Worker::ingest_batch(const std::atomic<bool>& stop) {
   const auto started = Clock::now();
   probe_.on_batch(batch_.size());
+  PendingOffsets& entry = offsets_.emplace_back();
+  entry.offsets = Consumer::offsets_of(batch_);
   new_.clear();
   new_message_.clear();
-  dead_letters_.clear();
-  dead_letter_failed_ = false;
   for (std::size_t i = 0; i < batch_.size(); ++i) {
     const rd_kafka_message_t& m = *batch_[i];
     const std::string_view bytes(static_cast<const char*>(m.payload), m.payload ? m.len : 0);
@@ -103,7 +114,11 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
     const RequestError e = parse_request(bytes, t.request);
     if (e != RequestError::ok) {
       probe_.on_request(RequestResult::invalid);
-      if (Status s = dead_letter(m, Reason::invalid, error_code(e), error_message(e)); !s) return s;
+      if (Status s = dead_letter(entry, std::move(batch_[i]), Reason::invalid, error_code(e),
+                                 error_message(e));
+          !s) {
+        return s;
+      }
       continue;
     }
     rd_kafka_timestamp_type_t type;
@@ -116,67 +131,91 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
     new_message_.push_back(i);
   }
 
-  inserted_.resize(new_.size());
-  for (int attempt = 0; !new_.empty(); ++attempt) {
-    Status s = ledger_.transfers().insert_transfers(new_, options_.worker_id, options_.lease_ms, inserted_);
+  // The store may be unavailable: keep the batch (its offsets unstored, and
+  // no later batch consumed) and retry until it is written or we stop.
+  for (int attempt = 0;; ++attempt) {
+    Status s = write_batch();
     if (s) break;
-    probe_.on_store_error("insert", s);
+    probe_.on_store_error("ingest", s);
     if (s.kind() == ErrorKind::fatal) return s;
-    // The store is unavailable: keep the batch (offsets not stored) and retry.
-    if (stop.load(std::memory_order_relaxed)) return Status::ok();
+    if (stop.load(std::memory_order_relaxed)) {
+      offsets_.pop_back();  // nothing of this batch is stored
+      return Status::ok();
+    }
     std::this_thread::sleep_for(backoff(attempt));
   }
+  notified_ids_.clear();
+  notified_ends_.clear();
 
-  items_.clear();
   std::size_t accepted = 0;
   std::size_t duplicates = 0;
   for (std::size_t i = 0; i < new_.size(); ++i) {
-    switch (inserted_[i]) {
-      case InsertResult::inserted: {
-        ++accepted;
-        const RequestView& r = new_[i].request;
-        SagaItem& it = items_.emplace_back();
-        it.id.assign(r.id);
-        it.source.assign(r.from);
-        it.destination.assign(r.to);
-        it.currency.assign(r.currency);
-        it.amount = r.amount;
-        it.epoch = 1;
-        it.requested_at_ms = new_[i].requested_at_ms;
-        it.state = TransferState::initial;
-        it.reason = Reason::none;
-        it.dropped = false;
-        break;
-      }
-      case InsertResult::duplicate:
-        ++duplicates;
-        break;
-      case InsertResult::conflict: {
-        probe_.on_request(RequestResult::conflict);
-        const std::string msg = "transfer id " + std::string(new_[i].request.id) +
-                                " was already used with a different payload; the first one stands";
-        if (Status s = dead_letter(*batch_[new_message_[i]], Reason::conflict, "conflict", msg); !s) {
-          return s;
-        }
-        break;
-      }
+    if (inserted_[i] == InsertResult::inserted) ++accepted;
+    if (inserted_[i] == InsertResult::duplicate) ++duplicates;
+    if (inserted_[i] != InsertResult::conflict) continue;
+    probe_.on_request(RequestResult::conflict);
+    const std::string msg = "transfer id " + std::string(new_[i].request.id) +
+                            " was already used with a different payload; the first one stands";
+    if (Status s = dead_letter(entry, std::move(batch_[new_message_[i]]), Reason::conflict,
+                               "conflict", msg);
+        !s) {
+      return s;
     }
   }
   probe_.on_request(RequestResult::accepted, accepted);
   probe_.on_request(RequestResult::duplicate, duplicates);
-
-  if (Status s = await_dead_letters(stop); !s) return s;
-  if (dead_letter_failed_) return Status::ok();  // stopping: offsets stay unstored
-  if (Status s = consumer_->store_offsets(batch_); !s) {
-    spdlog::warn("{}", s.message());  // redelivery is harmless: ingest is idempotent
-  }
   probe_.on_stage("ingest", Clock::now() - started);
-  return run_and_publish(true);
+  publish_finished(true);
+  return Status::ok();
 }
 
-Status Worker::run_and_publish(bool count_finished) {
-  if (items_.empty()) return Status::ok();
-  if (Status s = engine_.run(items_); !s) return s;
+Status Worker::write_batch() {
+  // One store: delivered-outcome flags, the inserts and every stage of the
+  // batch commit together. Several stores: each step commits on its own.
+  const bool scoped = ledger_.shard_count() == 1;
+  Store& transfers = ledger_.transfers();
+  items_.clear();
+  if (scoped) {
+    if (Status s = transfers.begin_scope(); !s) return s;
+  }
+  auto fail = [&](Status s) {
+    if (scoped) transfers.end_scope(false).ignore();
+    return s;
+  };
+  if (scoped && !notified_ends_.empty()) {
+    if (Status s = mark_notified_in_store(); !s) return fail(s);
+  }
+  inserted_.resize(new_.size());
+  if (!new_.empty()) {
+    if (Status s = transfers.insert_transfers(new_, options_.worker_id, options_.lease_ms, inserted_); !s) {
+      return fail(s);
+    }
+  }
+  for (std::size_t i = 0; i < new_.size(); ++i) {
+    if (inserted_[i] != InsertResult::inserted) continue;
+    const RequestView& r = new_[i].request;
+    SagaItem& it = items_.emplace_back();
+    it.id.assign(r.id);
+    it.source.assign(r.from);
+    it.destination.assign(r.to);
+    it.currency.assign(r.currency);
+    it.amount = r.amount;
+    it.epoch = 1;
+    it.requested_at_ms = new_[i].requested_at_ms;
+    it.state = TransferState::initial;
+    it.reason = Reason::none;
+    it.dropped = false;
+  }
+  if (!scoped) {
+    if (Status s = engine_.run(items_); !s) return s;  // transient errors leave items to recovery
+    return mark_notified();
+  }
+  if (Status s = engine_.run_in_scope(items_); !s) return fail(s);
+  if (Status s = transfers.end_scope(true); !s) return fail(s);
+  return Status::ok();
+}
+
+void Worker::publish_finished(bool count_finished) {
   const auto started = Clock::now();
   const std::int64_t now = wall_ms();
   for (const SagaItem& it : items_) {
@@ -188,7 +227,6 @@ Status Worker::run_and_publish(bool count_finished) {
     publish_outcome({it.id, it.state, it.reason, it.source, it.destination, it.amount, now});
   }
   probe_.on_stage("publish", Clock::now() - started);
-  return Status::ok();
 }
 
 void Worker::publish_outcome(const OutcomeFields& f) {
@@ -200,63 +238,62 @@ void Worker::publish_outcome(const OutcomeFields& f) {
   }
 }
 
-Status Worker::dead_letter(const rd_kafka_message_t& m, Reason reason, std::string_view code,
+Status Worker::dead_letter(PendingOffsets& entry, MessagePtr m, Reason reason, std::string_view code,
                            std::string_view message) {
   probe_.on_dead_letter(reason);
+  entry.reasons.push_back(std::string(to_string(reason)) + '\n' + std::string(code) + '\n' +
+                          std::string(message));
+  entry.dead.push_back(std::move(m));
+  return produce_dead_letter(entry, entry.dead.size() - 1);
+}
+
+Status Worker::produce_dead_letter(PendingOffsets& entry, std::size_t k) {
+  const rd_kafka_message_t& m = *entry.dead[k];
+  const std::string_view why = entry.reasons[k];
+  const std::size_t a = why.find('\n');
+  const std::size_t b = why.find('\n', a + 1);
   const std::string partition = std::to_string(m.partition);
   const std::string offset = std::to_string(m.offset);
   const MessageHeader headers[] = {
-      {"saga.reason", to_string(reason)},
-      {"saga.error", code},
-      {"saga.message", message},
+      {"saga.reason", why.substr(0, a)},
+      {"saga.error", why.substr(a + 1, b - a - 1)},
+      {"saga.message", why.substr(b + 1)},
       {"saga.source.topic", rd_kafka_topic_name(m.rkt)},
       {"saga.source.partition", partition},
       {"saga.source.offset", offset},
   };
   const std::string_view key(static_cast<const char*>(m.key), m.key ? m.key_len : 0);
   const std::string_view value(static_cast<const char*>(m.payload), m.payload ? m.len : 0);
-  Status s = producer_->produce(options_.dlq_topic, key, value, headers, &kDeadLetterTag);
-  if (!s) return s;
-  ++dead_letters_outstanding_;
-  dead_letters_.push_back(&m);
+  if (Status s = producer_->produce(options_.dlq_topic, key, value, headers, &entry); !s) return s;
+  ++entry.outstanding;
   return Status::ok();
 }
 
-Status Worker::await_dead_letters(const std::atomic<bool>& stop) {
-  // Offsets are stored only once every dead letter of the batch is
-  // delivered: invalid input is never silently dropped.
-  while (dead_letters_outstanding_ > 0) {
-    producer_->poll(std::chrono::milliseconds(10));
-    if (dead_letter_failed_ && dead_letters_outstanding_ == 0) {
-      if (stop.load(std::memory_order_relaxed)) return Status::ok();
-      spdlog::warn("dead-letter delivery failed; sending this batch's dead letters again");
-      dead_letter_failed_ = false;
-      std::vector<const rd_kafka_message_t*> again;
-      again.swap(dead_letters_);
-      for (const rd_kafka_message_t* m : again) {
-        const RequestError e = [&] {
-          RequestView v;
-          return parse_request({static_cast<const char*>(m->payload), m->payload ? m->len : 0}, v);
-        }();
-        const bool conflict = e == RequestError::ok;
-        if (Status s = dead_letter(*m, conflict ? Reason::conflict : Reason::invalid,
-                                   conflict ? "conflict" : error_code(e),
-                                   conflict ? "transfer id reused with a different payload"
-                                            : error_message(e));
-            !s) {
-          return s;
-        }
+Status Worker::store_ready_offsets() {
+  while (!offsets_.empty() && offsets_.front().outstanding == 0) {
+    PendingOffsets& front = offsets_.front();
+    if (front.failed) {
+      spdlog::warn("dead-letter delivery failed; sending {} dead letter(s) again", front.dead.size());
+      front.failed = false;
+      for (std::size_t k = 0; k < front.dead.size(); ++k) {
+        if (Status s = produce_dead_letter(front, k); !s) return s;
       }
+      return Status::ok();
     }
+    if (Status s = consumer_->store_offsets(*front.offsets); !s) {
+      spdlog::warn("{}", s.message());  // redelivery is harmless: ingest is idempotent
+    }
+    offsets_.pop_front();
   }
   return Status::ok();
 }
 
 void Worker::on_delivery(const rd_kafka_message_t& m) {
-  if (m._private == &kDeadLetterTag) {
-    --dead_letters_outstanding_;
+  if (m._private != &kOutcomeTag) {
+    auto* entry = static_cast<PendingOffsets*>(m._private);
+    --entry->outstanding;
     if (m.err) {
-      dead_letter_failed_ = true;
+      entry->failed = true;
       spdlog::warn("dead letter not delivered: {}", rd_kafka_err2str(m.err));
     }
     return;
@@ -271,22 +308,28 @@ void Worker::on_delivery(const rd_kafka_message_t& m) {
   notified_ends_.push_back(notified_ids_.size());
 }
 
-void Worker::flush_notified() {
-  if (notified_ends_.empty()) return;
+Status Worker::mark_notified_in_store() {
   notified_views_.clear();
   std::size_t begin = 0;
   for (std::size_t end : notified_ends_) {
     notified_views_.emplace_back(notified_ids_.data() + begin, end - begin);
     begin = end;
   }
-  Status s = ledger_.transfers().mark_notified(notified_views_);
+  return ledger_.transfers().mark_notified(notified_views_);
+}
+
+Status Worker::mark_notified() {
+  if (notified_ends_.empty()) return Status::ok();
+  Status s = mark_notified_in_store();
   if (!s) {
     // Left unmarked, the outcomes are published again after their lease:
     // at least once, never lost.
     probe_.on_store_error("notify", s);
+    if (s.kind() == ErrorKind::fatal) return s;
   }
   notified_ids_.clear();
   notified_ends_.clear();
+  return Status::ok();
 }
 
 Status Worker::recover() {
@@ -310,7 +353,8 @@ Status Worker::recover() {
       }
     }
     spdlog::info("recovery: claimed {} transfer(s) whose lease expired", claimed_.size());
-    if (Status r = run_and_publish(true); !r) return r;
+    if (Status r = engine_.run(items_); !r) return r;
+    publish_finished(true);
     if (claimed_.size() < options_.batch_size) break;
   }
   probe_.on_stage("recovery", Clock::now() - started);

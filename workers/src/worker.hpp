@@ -5,6 +5,7 @@
 // flag, and periodically recover transfers whose lease expired.
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,14 +53,27 @@ class Worker final : private DeliveryHandler {
  private:
   Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe);
 
+  // A batch's offsets wait here until its dead letters are delivered, in
+  // consumption order, so invalid input is never committed past unseen.
+  struct PendingOffsets {
+    TopicPartitionListPtr offsets;
+    std::size_t outstanding = 0;             // dead letters not yet acknowledged
+    bool failed = false;                     // one failed: send them all again
+    std::vector<MessagePtr> dead;            // the dead-lettered originals
+    std::vector<std::string> reasons;        // reason/code/message per dead letter
+  };
+
   Status ingest_batch(const std::atomic<bool>& stop);
+  Status write_batch();  // inserts and runs the batch; one transaction on one store
   Status recover();
-  Status run_and_publish(bool count_finished);
+  void publish_finished(bool count_finished);
   void publish_outcome(const OutcomeFields& f);
-  Status dead_letter(const rd_kafka_message_t& m, Reason reason, std::string_view code,
+  Status dead_letter(PendingOffsets& entry, MessagePtr m, Reason reason, std::string_view code,
                      std::string_view message);
-  Status await_dead_letters(const std::atomic<bool>& stop);
-  void flush_notified();
+  Status produce_dead_letter(PendingOffsets& entry, std::size_t k);
+  Status store_ready_offsets();
+  Status mark_notified();           // in its own transaction
+  Status mark_notified_in_store();  // inside the caller's
   void on_delivery(const rd_kafka_message_t& m) override;
 
   WorkerOptions options_;
@@ -81,9 +95,7 @@ class Worker final : private DeliveryHandler {
   std::string notified_ids_;           // delivered outcome ids, back to back
   std::vector<std::size_t> notified_ends_;
   std::vector<std::string_view> notified_views_;
-  std::vector<const rd_kafka_message_t*> dead_letters_;  // this batch's, for re-sending
-  std::size_t dead_letters_outstanding_ = 0;
-  bool dead_letter_failed_ = false;
+  std::deque<PendingOffsets> offsets_;
   std::uint64_t outcome_failures_ = 0;
 };
 

@@ -77,6 +77,12 @@ class SagaEngine {
   // errors drop the affected items, which recovery picks up after their lease.
   Status run(std::vector<SagaItem>& items);
 
+  // The same, inside a scope the caller opened on the only store (see
+  // Store::begin_scope), so the caller can add its own writes to the same
+  // transaction. Any failed store call fails the whole run: the caller must
+  // then end_scope(false) and treat every item as not run.
+  Status run_in_scope(std::vector<SagaItem>& items);
+
  private:
   struct ShardBatch;
   // What the planner knows of an account during one batch.
