@@ -1,8 +1,861 @@
+// PostgreSQL backend of the store interface: production, one or many shards.
+//
+// One connection per Store (a Store is single-threaded by contract), lost
+// connections re-established on the next call with capped exponential
+// backoff. Every batch call is one prepared statement, so one round trip and
+// one transaction: the batch travels as arrays and a PL/pgSQL function
+// (pg_schema.cpp) applies its records in input order and returns one row per
+// record. The store's clock is the server's (clock_timestamp()).
 #include "sagapool/pg_store.hpp"
 
+#include <libpq-fe.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <bit>
+#include <bitset>
+#include <chrono>
+#include <limits>
+#include <unordered_map>
+
+#include "pg_schema.hpp"
+#include "pg_support.hpp"
+
 namespace sagapool {
-// Placeholder until the PostgreSQL backend lands (issue 3).
-Status open_pg_store(std::string_view, std::unique_ptr<Store>&) {
-  return Status::fatal("the PostgreSQL backend is not built yet");
+namespace {
+
+using pg::ArrayLiteral;
+using pg::Params;
+using pg::ResultPtr;
+using pg::Sql;
+using Clock = std::chrono::steady_clock;
+
+// Reconnect backoff: the first attempt after a loss is immediate, then 50 ms
+// doubling up to 5 s between attempts while the server stays unreachable.
+constexpr std::chrono::milliseconds kBackoffFirst{50};
+constexpr std::chrono::milliseconds kBackoffMax{5000};
+// The most records one batch call takes: bounds the size of one statement
+// (at most ~45 MiB of parameters with 4 KiB of metadata per transfer) and
+// the time one transaction holds its locks.
+constexpr std::size_t kBatchMax = 10'000;
+
+std::int64_t clamp_limit(std::size_t limit) {
+  return static_cast<std::int64_t>(std::min<std::size_t>(
+      limit, static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max())));
 }
+
+std::optional<LegStatus> parse_leg_status(std::string_view s) {
+  static constexpr std::pair<std::string_view, LegStatus> kNames[] = {
+      {"posted", LegStatus::posted},     {"already_posted", LegStatus::already_posted},
+      {"refused", LegStatus::refused},   {"voided", LegStatus::voided},
+      {"reversed", LegStatus::reversed}, {"credit_posted", LegStatus::credit_posted},
+      {"released", LegStatus::released},
+  };
+  for (const auto& [name, status] : kNames) {
+    if (name == s) return status;
+  }
+  return std::nullopt;
+}
+
+std::string_view leg_op_name(LegOp op) {
+  switch (op) {
+    case LegOp::debit: return "debit";
+    case LegOp::credit: return "credit";
+    case LegOp::cancel_debit: return "cancel_debit";
+    case LegOp::cancel_credit: return "cancel_credit";
+    case LegOp::release: return "release";
+  }
+  return "unknown";
+}
+
+bool parse_bool(std::string_view v) { return v == "t"; }
+
+// Reads the 21 transfer columns (pg_schema.cpp, SAGA_TRANSFER_COLUMNS).
+bool read_transfer(const PGresult* r, int row, TransferDoc& d) {
+  using pg::value;
+  d.id = value(r, row, 0);
+  d.source = value(r, row, 1);
+  d.destination = value(r, row, 2);
+  std::int64_t hash = 0;
+  bool ok = pg::parse_int(value(r, row, 3), d.amount);
+  d.currency = value(r, row, 4);
+  d.metadata = value(r, row, 5);
+  ok = ok && pg::parse_int(value(r, row, 6), hash);
+  d.payload_hash = std::bit_cast<std::uint64_t>(hash);
+  const auto state = parse_transfer_state(value(r, row, 7));
+  d.owner = value(r, row, 8);
+  ok = ok && pg::parse_int(value(r, row, 9), d.epoch);
+  ok = ok && pg::parse_int(value(r, row, 10), d.lease_until_ms);
+  const auto reason =
+      pg::is_null(r, row, 11) ? std::optional(Reason::none) : parse_reason(value(r, row, 11));
+  ok = ok && pg::parse_int(value(r, row, 12), d.created_at_ms);
+  ok = ok && pg::parse_int(value(r, row, 13), d.last_modified_ms);
+  ok = ok && pg::parse_int(value(r, row, 14), d.requested_at_ms);
+  d.finished_at_ms = 0;
+  if (!pg::is_null(r, row, 15)) ok = ok && pg::parse_int(value(r, row, 15), d.finished_at_ms);
+  ok = ok && pg::parse_int(value(r, row, 16), d.attempts);
+  d.notified = parse_bool(value(r, row, 17));
+  d.origin.topic = value(r, row, 18);
+  ok = ok && pg::parse_int(value(r, row, 19), d.origin.partition);
+  ok = ok && pg::parse_int(value(r, row, 20), d.origin.offset);
+  if (!state || !reason) return false;
+  d.state = *state;
+  d.reason = *reason;
+  return ok;
+}
+
+bool read_account(const PGresult* r, int row, Account& a) {
+  a.id = pg::value(r, row, 0);
+  a.currency = pg::value(r, row, 4);
+  a.locked = parse_bool(pg::value(r, row, 5));
+  return pg::parse_int(pg::value(r, row, 1), a.balance) &&
+         pg::parse_int(pg::value(r, row, 2), a.opening_balance) &&
+         pg::parse_int(pg::value(r, row, 3), a.min_balance);
+}
+
+bool read_posting(const PGresult* r, int row, Posting& p) {
+  p.transfer_id = pg::value(r, row, 0);
+  p.account_id = pg::value(r, row, 1);
+  const auto kind = parse_posting_kind(pg::value(r, row, 2));
+  if (!kind) return false;
+  p.kind = *kind;
+  return pg::parse_int(pg::value(r, row, 3), p.amount) &&
+         pg::parse_int(pg::value(r, row, 4), p.at_ms);
+}
+
+class PgStore final : public Store {
+ public:
+  PgStore(std::string conninfo, std::string display)
+      : conninfo_(std::move(conninfo)), display_(std::move(display)) {}
+
+  const std::string& display_name() const noexcept override { return display_; }
+
+  Status open() { return connect(); }
+
+  // ---- schema and topology ------------------------------------------------
+
+  Status init_schema() override {
+    if (Status s = simple("BEGIN", "init schema"); !s) return s;
+    Transaction tx(*this);
+    if (Status s =
+            simple("SELECT pg_advisory_xact_lock(" + std::to_string(pg::kSchemaLockKey) + ")",
+                   "init schema: lock");
+        !s)
+      return s;
+    if (Status s = simple(std::string(pg::kCreateMeta), "init schema: meta table"); !s) return s;
+    ResultPtr r;
+    if (Status s = simple("SELECT schema_version FROM saga_meta", "init schema: version", &r); !s)
+      return s;
+    std::int64_t version = 0;
+    if (PQntuples(r.get()) > 0 && !pg::parse_int(pg::value(r.get(), 0, 0), version)) {
+      return fatal("init schema: unreadable schema_version");
+    }
+    if (version > kSchemaVersion) {
+      return fatal("schema version " + std::to_string(version) + " is newer than this build's (" +
+                   std::to_string(kSchemaVersion) + "); run a newer sagapool");
+    }
+    if (version == kSchemaVersion) return tx.commit();
+    const auto steps = pg::migrations();
+    for (auto v = static_cast<std::size_t>(version); v < steps.size(); ++v) {
+      if (Status s = simple(std::string(steps[v]),
+                            "init schema: migration to version " + std::to_string(v + 1));
+          !s)
+        return s;
+    }
+    if (Status s = simple("INSERT INTO saga_meta (singleton, schema_version) VALUES (true, " +
+                              std::to_string(kSchemaVersion) +
+                              ") ON CONFLICT (singleton) DO UPDATE SET schema_version = "
+                              "EXCLUDED.schema_version",
+                          "init schema: record version");
+        !s)
+      return s;
+    if (Status s = tx.commit(); !s) return s;
+    // Plans prepared against the old schema are dropped with the statements.
+    if (Status s = simple("DEALLOCATE ALL", "init schema"); !s) return s;
+    prepared_.reset();
+    return Status::ok();
+  }
+
+  Status read_topology(std::optional<Topology>& out) override {
+    out.reset();
+    ResultPtr r;
+    if (Status s = simple("SELECT to_regclass('saga_meta') IS NOT NULL", "read topology", &r); !s)
+      return s;
+    if (!parse_bool(pg::value(r.get(), 0, 0))) return Status::ok();
+    Params p;
+    if (Status s = run(Sql::read_meta, p, r, "read topology"); !s) return s;
+    if (PQntuples(r.get()) == 0 || pg::is_null(r.get(), 0, 1)) return Status::ok();
+    Topology t;
+    t.ledger_id = pg::value(r.get(), 0, 1);
+    if (!pg::parse_int(pg::value(r.get(), 0, 0), t.schema_version) ||
+        !pg::parse_int(pg::value(r.get(), 0, 2), t.shard_index) ||
+        !pg::parse_int(pg::value(r.get(), 0, 3), t.shard_count)) {
+      return fatal("read topology: unreadable saga_meta row");
+    }
+    out = std::move(t);
+    return Status::ok();
+  }
+
+  Status write_topology(const Topology& t) override {
+    Params p;
+    p.text(t.ledger_id);
+    p.int64(t.shard_index);
+    p.int64(t.shard_count);
+    ResultPtr r;
+    if (Status s = run(Sql::write_topology, p, r, "write topology"); !s) return s;
+    if (std::string_view(PQcmdTuples(r.get())) != "1") {
+      return fatal("write topology: the schema is not initialised (run `sagactl init`)");
+    }
+    return Status::ok();
+  }
+
+  Status now_ms(std::int64_t& out) override {
+    Params p;
+    ResultPtr r;
+    if (Status s = run(Sql::now, p, r, "now"); !s) return s;
+    if (!pg::parse_int(pg::value(r.get(), 0, 0), out)) return fatal("now: unreadable clock");
+    return Status::ok();
+  }
+
+  // ---- transfers ------------------------------------------------------------
+
+  Status insert_transfers(std::span<const NewTransfer> batch, std::string_view owner,
+                          std::int64_t lease_ms, std::span<InsertResult> results) override {
+    if (Status s = check_batch(batch.size(), results.size(), "insert transfers"); !s) return s;
+    if (batch.empty()) return Status::ok();
+    ArrayLiteral id, source, dest, amount, currency, metadata, hash, requested, topic, partition,
+        offset;
+    for (const NewTransfer& t : batch) {
+      id.text(t.request.id);
+      source.text(t.request.from);
+      dest.text(t.request.to);
+      amount.int64(t.request.amount);
+      currency.text(t.request.currency);
+      metadata.text(t.request.metadata);
+      hash.int64(std::bit_cast<std::int64_t>(t.payload_hash));
+      requested.int64(t.requested_at_ms);
+      topic.text(t.origin_topic);
+      partition.int64(t.origin_partition);
+      offset.int64(t.origin_offset);
+    }
+    Params p;
+    for (ArrayLiteral* a : {&id, &source, &dest, &amount, &currency, &metadata, &hash, &requested,
+                            &topic, &partition, &offset}) {
+      if (!add_array(p, std::move(*a))) return nul_byte("insert transfers");
+    }
+    p.text(owner);
+    p.int64(lease_ms);
+    ResultPtr r;
+    if (Status s = run(Sql::insert_transfers, p, r, "insert transfers", OnUnique::retry); !s)
+      return s;
+    if (Status s = check_rows(r.get(), batch.size(), "insert transfers"); !s) return s;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const std::string_view v = pg::value(r.get(), static_cast<int>(i), 0);
+      if (v == "0")
+        results[i] = InsertResult::inserted;
+      else if (v == "1")
+        results[i] = InsertResult::duplicate;
+      else if (v == "2")
+        results[i] = InsertResult::conflict;
+      else
+        return fatal("insert transfers: unexpected result " + std::string(v));
+    }
+    return Status::ok();
+  }
+
+  Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
+                    std::span<std::uint8_t> applied) override {
+    if (Status s = check_batch(batch.size(), applied.size(), "transition"); !s) return s;
+    if (batch.empty()) return Status::ok();
+    ArrayLiteral id, from, to, reason, owner, epoch;
+    for (const Transition& t : batch) {
+      id.text(t.id);
+      from.text(to_string(t.from));
+      to.text(to_string(t.to));
+      reason.text(to_string(t.reason));
+      owner.text(t.owner);
+      epoch.int64(t.epoch);
+    }
+    Params p;
+    for (ArrayLiteral* a : {&id, &from, &to, &reason, &owner, &epoch}) {
+      if (!add_array(p, std::move(*a))) return nul_byte("transition");
+    }
+    p.int64(lease_ms);
+    ResultPtr r;
+    if (Status s = run(Sql::transition, p, r, "transition"); !s) return s;
+    if (Status s = check_rows(r.get(), batch.size(), "transition"); !s) return s;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      applied[i] =
+          static_cast<std::uint8_t>(parse_bool(pg::value(r.get(), static_cast<int>(i), 0)));
+    }
+    return Status::ok();
+  }
+
+  Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
+                       std::vector<TransferDoc>& out) override {
+    out.clear();
+    if (limit == 0) return Status::ok();
+    Params p;
+    p.text(owner);
+    p.int64(lease_ms);
+    p.int64(clamp_limit(std::min(limit, kBatchMax)));
+    ResultPtr r;
+    if (Status s = run(Sql::claim_expired, p, r, "claim expired"); !s) return s;
+    return read_transfers(r.get(), out, "claim expired");
+  }
+
+  Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
+                   std::optional<TransferDoc>& out) override {
+    out.reset();
+    Params p;
+    p.text(id);
+    p.text(owner);
+    p.int64(lease_ms);
+    ResultPtr r;
+    if (Status s = run(Sql::take_over, p, r, "take over"); !s) return s;
+    std::vector<TransferDoc> docs;
+    if (Status s = read_transfers(r.get(), docs, "take over"); !s) return s;
+    if (!docs.empty()) out = std::move(docs.front());
+    return Status::ok();
+  }
+
+  Status mark_notified(std::span<const std::string_view> ids) override {
+    if (Status s = check_batch(ids.size(), ids.size(), "mark notified"); !s) return s;
+    if (ids.empty()) return Status::ok();
+    ArrayLiteral a;
+    for (std::string_view id : ids) a.text(id);
+    Params p;
+    if (!add_array(p, std::move(a))) return nul_byte("mark notified");
+    ResultPtr r;
+    return run(Sql::mark_notified, p, r, "mark notified");
+  }
+
+  Status load_transfer(std::string_view id, std::optional<TransferDoc>& out) override {
+    out.reset();
+    Params p;
+    p.text(id);
+    ResultPtr r;
+    if (Status s = run(Sql::load_transfer, p, r, "load transfer"); !s) return s;
+    std::vector<TransferDoc> docs;
+    if (Status s = read_transfers(r.get(), docs, "load transfer"); !s) return s;
+    if (!docs.empty()) out = std::move(docs.front());
+    return Status::ok();
+  }
+
+  Status list_stale(std::int64_t before_ms, std::size_t limit,
+                    std::vector<TransferDoc>& out) override {
+    out.clear();
+    if (limit == 0) return Status::ok();
+    Params p;
+    p.int64(before_ms);
+    p.int64(clamp_limit(limit));
+    ResultPtr r;
+    if (Status s = run(Sql::list_stale, p, r, "list stale"); !s) return s;
+    return read_transfers(r.get(), out, "list stale");
+  }
+
+  Status state_stats(StateStatsTable& out) override {
+    out = {};
+    Params p;
+    ResultPtr r;
+    if (Status s = run(Sql::state_stats, p, r, "state stats"); !s) return s;
+    for (int row = 0; row < PQntuples(r.get()); ++row) {
+      const auto state = parse_transfer_state(pg::value(r.get(), row, 0));
+      if (!state)
+        return fatal("state stats: unknown state " + std::string(pg::value(r.get(), row, 0)));
+      StateStats& s = out[static_cast<std::size_t>(*state)];
+      if (!pg::parse_int(pg::value(r.get(), row, 1), s.count) ||
+          !pg::parse_int(pg::value(r.get(), row, 2), s.oldest_created_ms) ||
+          !pg::parse_int(pg::value(r.get(), row, 3), s.stuck)) {
+        return fatal("state stats: unreadable row");
+      }
+    }
+    return Status::ok();
+  }
+
+  Status scan_transfer_states(
+      const std::function<void(std::string_view, TransferState, bool)>& fn) override {
+    Params p;
+    return scan(Sql::scan_transfer_states, p, "scan transfer states", [&](const PGresult* r) {
+      const auto state = parse_transfer_state(pg::value(r, 0, 1));
+      if (!state) return false;
+      fn(pg::value(r, 0, 0), *state, parse_bool(pg::value(r, 0, 2)));
+      return true;
+    });
+  }
+
+  // ---- accounts and legs ------------------------------------------------------
+
+  Status apply_legs(std::span<const LegRequest> batch, std::span<LegResult> results) override {
+    if (Status s = check_batch(batch.size(), results.size(), "apply legs"); !s) return s;
+    if (batch.empty()) return Status::ok();
+    ArrayLiteral op, transfer, account, amount, currency;
+    for (const LegRequest& l : batch) {
+      if ((l.op == LegOp::debit || l.op == LegOp::credit) && l.amount <= 0) {
+        return fatal("apply legs: " + std::string(leg_op_name(l.op)) + " of transfer " +
+                     std::string(l.transfer_id) + " has a non-positive amount");
+      }
+      op.text(leg_op_name(l.op));
+      transfer.text(l.transfer_id);
+      account.text(l.account_id);
+      amount.int64(l.amount);
+      currency.text(l.currency);
+    }
+    Params p;
+    for (ArrayLiteral* a : {&op, &transfer, &account, &amount, &currency}) {
+      if (!add_array(p, std::move(*a))) return nul_byte("apply legs");
+    }
+    ResultPtr r;
+    if (Status s = run(Sql::apply_legs, p, r, "apply legs", OnUnique::retry); !s) return s;
+    if (Status s = check_rows(r.get(), batch.size(), "apply legs"); !s) return s;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const int row = static_cast<int>(i);
+      const auto status = parse_leg_status(pg::value(r.get(), row, 0));
+      const auto reason = pg::is_null(r.get(), row, 1) ? std::optional(Reason::none)
+                                                       : parse_reason(pg::value(r.get(), row, 1));
+      if (!status || !reason) return fatal("apply legs: unexpected result row");
+      results[i].status = *status;
+      results[i].reason = *reason;
+      results[i].account_currency = pg::value(r.get(), row, 2);
+    }
+    return Status::ok();
+  }
+
+  Status create_accounts(std::span<const Account> accounts) override {
+    if (accounts.empty()) return Status::ok();
+    ArrayLiteral id, balance, min_balance, currency, locked;
+    for (const Account& a : accounts) {
+      id.text(a.id);
+      balance.int64(a.balance);
+      min_balance.int64(a.min_balance);
+      currency.text(a.currency);
+      locked.text(a.locked ? "t" : "f");
+    }
+    Params p;
+    for (ArrayLiteral* a : {&id, &balance, &min_balance, &currency, &locked}) {
+      if (!add_array(p, std::move(*a))) return nul_byte("create accounts");
+    }
+    ResultPtr r;
+    if (Status s = run(Sql::create_accounts, p, r, "create accounts"); !s) return s;
+    if (!pg::is_null(r.get(), 0, 0)) {
+      return fatal("account " + std::string(pg::value(r.get(), 0, 0)) +
+                   " already exists or is named twice; nothing was created");
+    }
+    return Status::ok();
+  }
+
+  Status load_account(std::string_view id, std::optional<Account>& out) override {
+    out.reset();
+    Params p;
+    p.text(id);
+    ResultPtr r;
+    if (Status s = run(Sql::load_account, p, r, "load account"); !s) return s;
+    if (PQntuples(r.get()) == 0) return Status::ok();
+    Account a;
+    if (!read_account(r.get(), 0, a)) return fatal("load account: unreadable row");
+    out = std::move(a);
+    return Status::ok();
+  }
+
+  // One statement, so one snapshot of every account the batch names.
+  Status load_accounts(std::span<const std::string_view> ids,
+                       std::span<std::optional<Account>> out) override {
+    if (Status s = check_batch(ids.size(), out.size(), "load accounts"); !s) return s;
+    for (std::size_t i = 0; i < ids.size(); ++i) out[i].reset();
+    if (ids.empty()) return Status::ok();
+    ArrayLiteral array;
+    for (std::string_view id : ids) array.text(id);
+    Params p;
+    if (!add_array(p, std::move(array))) return nul_byte("load accounts");
+    ResultPtr r;
+    if (Status s = run(Sql::load_accounts, p, r, "load accounts"); !s) return s;
+    std::unordered_map<std::string_view, std::size_t> row_of;  // views into r
+    for (int row = 0; row < PQntuples(r.get()); ++row) {
+      row_of.emplace(pg::value(r.get(), row, 0), static_cast<std::size_t>(row));
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto it = row_of.find(ids[i]);
+      if (it == row_of.end()) continue;
+      Account a;
+      if (!read_account(r.get(), static_cast<int>(it->second), a)) {
+        return fatal("load accounts: unreadable row");
+      }
+      out[i] = std::move(a);
+    }
+    return Status::ok();
+  }
+
+  Status set_locked(std::string_view id, bool locked, bool& found) override {
+    Params p;
+    p.text(id);
+    p.boolean(locked);
+    ResultPtr r;
+    if (Status s = run(Sql::set_locked, p, r, "set locked"); !s) return s;
+    found = std::string_view(PQcmdTuples(r.get())) == "1";
+    return Status::ok();
+  }
+
+  Status postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) override {
+    out.clear();
+    Params p;
+    p.text(transfer_id);
+    ResultPtr r;
+    if (Status s = run(Sql::postings_for_transfer, p, r, "postings for transfer"); !s) return s;
+    return read_postings(r.get(), out, "postings for transfer");
+  }
+
+  Status postings_for_account(std::string_view account_id, std::size_t limit,
+                              std::vector<Posting>& out) override {
+    out.clear();
+    if (limit == 0) return Status::ok();
+    Params p;
+    p.text(account_id);
+    p.int64(clamp_limit(limit));
+    ResultPtr r;
+    if (Status s = run(Sql::postings_for_account, p, r, "postings for account"); !s) return s;
+    return read_postings(r.get(), out, "postings for account");
+  }
+
+  Status pending_for_account(std::string_view account_id,
+                             std::vector<std::string>& transfer_ids) override {
+    transfer_ids.clear();
+    Params p;
+    p.text(account_id);
+    ResultPtr r;
+    if (Status s = run(Sql::pending_for_account, p, r, "pending for account"); !s) return s;
+    for (int row = 0; row < PQntuples(r.get()); ++row) {
+      transfer_ids.emplace_back(pg::value(r.get(), row, 0));
+    }
+    return Status::ok();
+  }
+
+  Status scan_accounts(const std::function<void(const Account&)>& fn) override {
+    Params p;
+    Account a;
+    return scan(Sql::scan_accounts, p, "scan accounts", [&](const PGresult* r) {
+      if (!read_account(r, 0, a)) return false;
+      fn(a);
+      return true;
+    });
+  }
+
+  Status scan_postings(const std::function<void(const Posting&)>& fn) override {
+    Params p;
+    Posting posting;
+    return scan(Sql::scan_postings, p, "scan postings", [&](const PGresult* r) {
+      if (!read_posting(r, 0, posting)) return false;
+      fn(posting);
+      return true;
+    });
+  }
+
+  Status scan_pending(const std::function<void(const PendingEntry&)>& fn) override {
+    Params p;
+    PendingEntry e;
+    return scan(Sql::scan_pending, p, "scan pending", [&](const PGresult* r) {
+      e.account_id = pg::value(r, 0, 0);
+      e.transfer_id = pg::value(r, 0, 1);
+      fn(e);
+      return true;
+    });
+  }
+
+ private:
+  enum class OnUnique : std::uint8_t { fatal, retry };
+
+  Status fatal(const std::string& message) const {
+    return Status::fatal("postgresql " + display_ + ": " + message);
+  }
+  Status nul_byte(const char* op) const {
+    return fatal(std::string(op) +
+                 ": a value holds a NUL byte, which PostgreSQL text cannot store");
+  }
+  Status check_batch(std::size_t n, std::size_t results, const char* op) const {
+    if (results < n) return fatal(std::string(op) + ": the results span is shorter than the batch");
+    if (n > kBatchMax) {
+      return fatal(std::string(op) + ": a batch of " + std::to_string(n) +
+                   " records exceeds the bound of " + std::to_string(kBatchMax));
+    }
+    return Status::ok();
+  }
+  Status check_rows(const PGresult* r, std::size_t n, const char* op) const {
+    if (static_cast<std::size_t>(PQntuples(r)) != n) {
+      return fatal(std::string(op) + ": " + std::to_string(PQntuples(r)) + " results for " +
+                   std::to_string(n) + " records");
+    }
+    return Status::ok();
+  }
+  static bool add_array(Params& p, ArrayLiteral&& a) {
+    if (!a.ok()) return false;
+    p.owned(std::move(a).finish());
+    return true;
+  }
+
+  Status read_transfers(const PGresult* r, std::vector<TransferDoc>& out, const char* op) const {
+    const int n = PQntuples(r);
+    out.reserve(out.size() + static_cast<std::size_t>(n));
+    for (int row = 0; row < n; ++row) {
+      if (!read_transfer(r, row, out.emplace_back())) {
+        return fatal(std::string(op) + ": transfer " + out.back().id + " has an unreadable row");
+      }
+    }
+    return Status::ok();
+  }
+
+  Status read_postings(const PGresult* r, std::vector<Posting>& out, const char* op) const {
+    const int n = PQntuples(r);
+    for (int row = 0; row < n; ++row) {
+      if (!read_posting(r, row, out.emplace_back())) {
+        return fatal(std::string(op) + ": unreadable posting row");
+      }
+    }
+    return Status::ok();
+  }
+
+  // ---- connection ---------------------------------------------------------------
+
+  Status connect() {
+    // Defaults first, so the URL can override them; the encoding last, so it
+    // cannot (every string we send and read is UTF-8).
+    const char* const keys[] = {
+        "connect_timeout", "keepalives_idle", "keepalives_interval",       "keepalives_count",
+        "dbname",          "client_encoding", "fallback_application_name", nullptr};
+    const char* const values[] = {"10",   "30",       "10",   "3", conninfo_.c_str(),
+                                  "UTF8", "sagapool", nullptr};
+    pg::ConnPtr c(PQconnectdbParams(keys, values, 1));
+    if (!c) return fatal("cannot connect: out of memory");
+    if (PQstatus(c.get()) != CONNECTION_OK) {
+      const std::string error = pg::describe(nullptr, c.get());
+      backoff_ = backoff_.count() == 0 ? kBackoffFirst : std::min(backoff_ * 2, kBackoffMax);
+      next_connect_at_ = Clock::now() + backoff_;
+      last_connect_error_ = error;
+      const std::string message = "postgresql " + display_ + ": cannot connect: " + error;
+      return permanent_connect_failure(c.get(), error) ? Status::fatal(message)
+                                                       : Status::retry_stage(message);
+    }
+    PQsetNoticeReceiver(c.get(), &PgStore::on_notice, this);
+    conn_ = std::move(c);
+    prepared_.reset();
+    backoff_ = std::chrono::milliseconds(0);
+    return Status::ok();
+  }
+
+  // Wrong credentials or a missing database do not heal by retrying. libpq
+  // gives no SQLSTATE for a failed connection, so this reads its message.
+  static bool permanent_connect_failure(PGconn* c, std::string_view error) {
+    if (PQconnectionNeedsPassword(c) != 0) return true;
+    for (std::string_view phrase :
+         {"password authentication failed", "does not exist", "no pg_hba.conf entry",
+          "authentication failed", "invalid connection option", "invalid URI"}) {
+      if (error.find(phrase) != std::string_view::npos) return true;
+    }
+    return false;
+  }
+
+  Status ensure_connected() {
+    if (conn_ && PQstatus(conn_.get()) == CONNECTION_OK) return Status::ok();
+    conn_.reset();
+    if (const auto now = Clock::now(); now < next_connect_at_) {
+      const auto wait =
+          std::chrono::duration_cast<std::chrono::milliseconds>(next_connect_at_ - now);
+      return Status::retry_stage("postgresql " + display_ + ": unavailable (" +
+                                 last_connect_error_ + "); next reconnect attempt in " +
+                                 std::to_string(wait.count()) + " ms");
+    }
+    return connect();
+  }
+
+  static void on_notice(void* arg, const PGresult* r) {
+    const auto* self = static_cast<const PgStore*>(arg);
+    const char* severity = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    // NOTICE and below ("relation already exists, skipping" from an idempotent
+    // init) are expected chatter; warnings are worth an operator's look.
+    if (severity == nullptr || std::string_view(severity) != "WARNING") return;
+    spdlog::warn("postgresql {}: {}", self->display_, pg::describe(r, nullptr));
+  }
+
+  // Every failed statement goes through here: the one place SQLSTATEs become
+  // ErrorKinds (pg::classify).
+  Status failure(const PGresult* r, const std::string& op, OnUnique on_unique) {
+    const bool bad = !conn_ || PQstatus(conn_.get()) == CONNECTION_BAD;
+    const std::string_view state = pg::sqlstate_of(r);
+    std::string message =
+        "postgresql " + display_ + ": " + op + ": " + pg::describe(r, conn_.get());
+    switch (pg::classify(state, bad, on_unique == OnUnique::retry)) {
+      case pg::Failure::connection: {
+        spdlog::warn("{}; reconnecting", message);
+        conn_.reset();
+        backoff_ = std::chrono::milliseconds(0);
+        next_connect_at_ = Clock::time_point();
+        Status s = connect();
+        if (s.kind() == ErrorKind::fatal) return s;
+        // The call's transaction was rolled back, or committed if the loss
+        // came after COMMIT reached the server: either way repeating it is
+        // safe, every write being conditional and idempotent.
+        if (s) return Status::retry_call(message + " (reconnected)");
+        return Status::retry_stage(message + "; " + s.message());
+      }
+      case pg::Failure::retry_call: return Status::retry_call(message);
+      case pg::Failure::retry_stage: return Status::retry_stage(message);
+      case pg::Failure::already_applied:
+        // A concurrent writer applied the same record first; repeating the
+        // call reports it per record (duplicate, already_posted, ...).
+        return Status::retry_call(message);
+      case pg::Failure::fatal:
+        if (state == "42P01" || state == "42883") {
+          message += " (is the schema initialised? run `sagactl init`)";
+        }
+        return Status::fatal(message);
+    }
+    return Status::fatal(message);
+  }
+
+  Status guard_reentry(const std::string& op) const {
+    if (in_scan_) {
+      return fatal(op + ": called from inside a scan callback; the connection is busy streaming");
+    }
+    return Status::ok();
+  }
+
+  Status ensure_prepared(Sql sql) {
+    const auto index = static_cast<std::size_t>(sql);
+    if (prepared_.test(index)) return Status::ok();
+    const pg::Statement& st = pg::statement(sql);
+    ResultPtr r(PQprepare(conn_.get(), st.name, st.text, 0, nullptr));
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+      return failure(r.get(), std::string("prepare ") + st.name, OnUnique::fatal);
+    }
+    prepared_.set(index);
+    return Status::ok();
+  }
+
+  // One prepared statement, one round trip (plus one to prepare it, the first
+  // time on a connection).
+  Status run(Sql sql, Params& p, ResultPtr& out, const std::string& op,
+             OnUnique on_unique = OnUnique::fatal) {
+    if (Status s = guard_reentry(op); !s) return s;
+    if (!p.ok()) return nul_byte(op.c_str());
+    if (Status s = ensure_connected(); !s) return s;
+    if (Status s = ensure_prepared(sql); !s) return s;
+    const pg::Statement& st = pg::statement(sql);
+    ResultPtr r(PQexecPrepared(conn_.get(), st.name, p.count(), p.values(), nullptr, nullptr, 0));
+    const ExecStatusType status = PQresultStatus(r.get());
+    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+      return failure(r.get(), op, on_unique);
+    }
+    out = std::move(r);
+    return Status::ok();
+  }
+
+  // An unprepared statement (schema management and probes).
+  Status simple(const std::string& sql, const std::string& op, ResultPtr* out = nullptr) {
+    if (Status s = guard_reentry(op); !s) return s;
+    if (Status s = ensure_connected(); !s) return s;
+    ResultPtr r(PQexec(conn_.get(), sql.c_str()));
+    const ExecStatusType status = PQresultStatus(r.get());
+    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+      return failure(r.get(), op, OnUnique::fatal);
+    }
+    if (out != nullptr) *out = std::move(r);
+    return Status::ok();
+  }
+
+  // Streams rows one at a time (single-row mode): one statement, one
+  // snapshot, memory bounded by one row. `row` returns false on a row it
+  // cannot read. The connection is busy until the last row, so `row` must
+  // not call this store (guarded).
+  Status scan(Sql sql, Params& p, const std::string& op,
+              const std::function<bool(const PGresult*)>& row) {
+    if (Status s = guard_reentry(op); !s) return s;
+    if (Status s = ensure_connected(); !s) return s;
+    if (Status s = ensure_prepared(sql); !s) return s;
+    const pg::Statement& st = pg::statement(sql);
+    if (PQsendQueryPrepared(conn_.get(), st.name, p.count(), p.values(), nullptr, nullptr, 0) ==
+        0) {
+      return failure(nullptr, op, OnUnique::fatal);
+    }
+    ResultPtr error;
+    bool unreadable = false;
+    {
+      Streaming streaming(*this);
+      if (PQsetSingleRowMode(conn_.get()) == 0) return fatal(op + ": cannot stream rows");
+      while (ResultPtr r{PQgetResult(conn_.get())}) {
+        const ExecStatusType status = PQresultStatus(r.get());
+        if (status == PGRES_SINGLE_TUPLE) {
+          if (!error && !unreadable && !row(r.get())) unreadable = true;
+        } else if (status != PGRES_TUPLES_OK && !error) {
+          error = std::move(r);  // keep draining: the connection must go idle first
+        }
+      }
+    }
+    if (error) return failure(error.get(), op, OnUnique::fatal);
+    if (unreadable) return fatal(op + ": unreadable row");
+    return Status::ok();
+  }
+
+  // Marks the connection busy while a scan streams, and drains what is left
+  // if the callback throws, so the connection is usable again.
+  class Streaming {
+   public:
+    explicit Streaming(PgStore& s) : s_(s) { s_.in_scan_ = true; }
+    ~Streaming() {
+      while (ResultPtr r{PQgetResult(s_.conn_.get())}) {
+        // Rows left by an exception in the callback: dropped.
+      }
+      s_.in_scan_ = false;
+    }
+    Streaming(const Streaming&) = delete;
+    Streaming& operator=(const Streaming&) = delete;
+
+   private:
+    PgStore& s_;
+  };
+
+  // An explicit transaction (init_schema): rolled back unless committed.
+  class Transaction {
+   public:
+    explicit Transaction(PgStore& s) : s_(s) {}
+    ~Transaction() {
+      if (open_ && s_.conn_ && PQtransactionStatus(s_.conn_.get()) != PQTRANS_IDLE) {
+        ResultPtr r(PQexec(s_.conn_.get(), "ROLLBACK"));  // best effort: a dead link rolls back too
+      }
+    }
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+    Status commit() {
+      open_ = false;
+      return s_.simple("COMMIT", "commit");
+    }
+
+   private:
+    PgStore& s_;
+    bool open_ = true;
+  };
+
+  std::string conninfo_;  // holds the password, if any: never printed
+  std::string display_;
+  pg::ConnPtr conn_;
+  std::bitset<pg::kSqlCount> prepared_;
+  std::chrono::milliseconds backoff_{0};
+  Clock::time_point next_connect_at_{};
+  std::string last_connect_error_;
+  bool in_scan_ = false;
+};
+
+}  // namespace
+
+Status open_pg_store(std::string_view url, std::unique_ptr<Store>& out) {
+  std::string conninfo(url);
+  std::optional<std::string> display = pg::redacted_display_name(conninfo);
+  if (!display) {
+    return Status::fatal(
+        "cannot parse the PostgreSQL store URL (a libpq URI or key=value list); it is not "
+        "repeated here because it may hold a password");
+  }
+  auto store = std::make_unique<PgStore>(std::move(conninfo), std::move(*display));
+  if (Status s = store->open(); !s) return s;
+  out = std::move(store);
+  return Status::ok();
+}
+
 }  // namespace sagapool

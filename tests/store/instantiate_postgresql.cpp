@@ -1,0 +1,394 @@
+// The conformance suite on PostgreSQL (label `integration`), plus what only
+// this backend has: connection handling, secrets, schema versions, one
+// transaction per batch call.
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "pg_server.hpp"
+#include "store_test.hpp"
+
+namespace sagapool::test {
+
+INSTANTIATE_TEST_SUITE_P(postgresql, StoreTest, testing::Values(std::string("postgresql")),
+                         [](const testing::TestParamInfo<std::string>& p) { return p.param; });
+
+namespace {
+
+// Unique per process run, so `--gtest_repeat` works on the shared server.
+std::string unique_name(const std::string& base) {
+  static int counter = 0;
+  return base + "_" + std::to_string(++counter);
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::string psql_value(const PgServer& server, const std::string& db, const std::string& sql) {
+  const RunResult r = server.psql(db, sql);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::string out = r.output;
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::unique_ptr<Store> open_initialised(const std::string& url) {
+  std::unique_ptr<Store> s;
+  const Status st = open_store(url, s);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  if (s) {
+    const Status init = s->init_schema();
+    EXPECT_TRUE(init.is_ok()) << init.message();
+  }
+  return s;
+}
+
+TEST(PgStore, DisplayNameAndErrorsNeverShowThePassword) {
+  PgServer& server = shared_pg_server();
+  const std::string port = std::to_string(server.port());
+  const std::string db = unique_name("secrets");
+  const std::string url = server.create_database(db);
+  ASSERT_TRUE(contains(url, server.password()));
+
+  std::unique_ptr<Store> s;
+  SAGA_ASSERT_OK(open_store(url, s));
+  EXPECT_FALSE(contains(s->display_name(), server.password())) << s->display_name();
+  EXPECT_EQ(s->display_name(), "postgresql://saga@127.0.0.1:" + port + "/" + db);
+
+  // A key=value conninfo, and a URI with the password as a query parameter.
+  const std::string conninfo = "host=127.0.0.1 port=" + port + " dbname=" + db +
+                               " user=saga sslmode=disable password='" + server.password() + "'";
+  SAGA_ASSERT_OK(open_store(conninfo, s));
+  EXPECT_FALSE(contains(s->display_name(), server.password())) << s->display_name();
+  EXPECT_TRUE(contains(s->display_name(), "sslmode=disable")) << s->display_name();
+  SAGA_ASSERT_OK(open_store(
+      "postgresql://127.0.0.1:" + port + "/" + db + "?user=saga&password=" + server.password(), s));
+  EXPECT_FALSE(contains(s->display_name(), server.password())) << s->display_name();
+
+  // A wrong password: fatal (retrying will not help), and not repeated.
+  const std::string wrong = "not-the-password-4711";
+  std::unique_ptr<Store> bad;
+  Status st = open_store("postgresql://saga:" + wrong + "@127.0.0.1:" + port + "/" + db, bad);
+  EXPECT_EQ(st.kind(), ErrorKind::fatal) << st.message();
+  EXPECT_FALSE(contains(st.message(), wrong)) << st.message();
+  EXPECT_TRUE(contains(st.message(), "127.0.0.1")) << st.message();
+  EXPECT_EQ(bad, nullptr);
+
+  // A connection string libpq cannot parse is not echoed either.
+  st = open_store("host=127.0.0.1 password='secret-" + wrong, bad);
+  EXPECT_EQ(st.kind(), ErrorKind::fatal);
+  EXPECT_FALSE(contains(st.message(), wrong)) << st.message();
+
+  // A missing database is a configuration error too.
+  st = open_store("postgresql://saga:" + server.password() + "@127.0.0.1:" + port + "/nodb", bad);
+  EXPECT_EQ(st.kind(), ErrorKind::fatal) << st.message();
+  EXPECT_FALSE(contains(st.message(), server.password())) << st.message();
+}
+
+TEST(PgStore, NoServerListeningIsTransient) {
+  const int port = free_loopback_port();
+  std::unique_ptr<Store> s;
+  const Status st = open_store("postgresql://saga:pw@127.0.0.1:" + std::to_string(port) + "/x", s);
+  EXPECT_EQ(st.kind(), ErrorKind::retry_stage) << st.message();
+}
+
+TEST(PgStore, ReconnectsAfterTheServerComesBack) {
+  PgServer server;  // its own: this test stops it
+  const std::string url = server.create_database("reconnect");
+  auto s = open_initialised(url);
+  ASSERT_NE(s, nullptr);
+  const Account a{"acct-a", 700, 700, 0, "", false};
+  SAGA_ASSERT_OK(s->create_accounts(std::span(&a, 1)));
+
+  std::int64_t expected_balance = 700;
+  for (const auto mode : {PgServer::StopMode::fast, PgServer::StopMode::immediate}) {
+    server.stop(mode);
+    std::int64_t now = 0;
+    Status st = s->now_ms(now);
+    EXPECT_TRUE(st.is_transient()) << to_string(st.kind()) << ": " << st.message();
+    EXPECT_FALSE(contains(st.message(), server.password()));
+    std::optional<Account> loaded;
+    st = s->load_account("acct-a", loaded);
+    EXPECT_TRUE(st.is_transient()) << to_string(st.kind()) << ": " << st.message();
+
+    server.start();
+    EXPECT_TRUE(eventually([&] { return s->now_ms(now).is_ok(); }, std::chrono::seconds(30)));
+    SAGA_ASSERT_OK(s->load_account("acct-a", loaded));
+    ASSERT_TRUE(loaded.has_value());
+    EXPECT_EQ(loaded->balance, expected_balance) << "committed work survives the stop";
+    // Prepared statements are re-prepared on the new connection.
+    LegRequest req{LegOp::debit, mode == PgServer::StopMode::fast ? "t-1" : "t-2", "acct-a", 100,
+                   ""};
+    LegResult r;
+    SAGA_ASSERT_OK(s->apply_legs(std::span(&req, 1), std::span(&r, 1)));
+    EXPECT_EQ(r.status, LegStatus::posted);
+    expected_balance -= 100;
+  }
+  std::optional<Account> loaded;
+  SAGA_ASSERT_OK(s->load_account("acct-a", loaded));
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->balance, 500);
+}
+
+TEST(PgStore, AnUninitialisedDatabaseIsFatalWithAHint) {
+  PgServer& server = shared_pg_server();
+  std::unique_ptr<Store> s;
+  SAGA_ASSERT_OK(open_store(server.create_database(unique_name("uninitialised")), s));
+  std::optional<TransferDoc> d;
+  const Status st = s->load_transfer("t-1", d);
+  EXPECT_EQ(st.kind(), ErrorKind::fatal);
+  EXPECT_TRUE(contains(st.message(), "sagactl init")) << st.message();
+  // The failed statement leaves the connection usable.
+  SAGA_ASSERT_OK(s->init_schema());
+  SAGA_ASSERT_OK(s->load_transfer("t-1", d));
+  EXPECT_FALSE(d.has_value());
+}
+
+TEST(PgStore, SchemaIsVersionedAndConcurrentInitsAreSerialised) {
+  PgServer& server = shared_pg_server();
+  const std::string db = unique_name("versioned");
+  const std::string url = server.create_database(db);
+  std::vector<std::unique_ptr<Store>> stores;
+  for (int i = 0; i < 3; ++i) {
+    stores.emplace_back();
+    SAGA_ASSERT_OK(open_store(url, stores.back()));
+  }
+  std::vector<Status> results(stores.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < stores.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = stores[i]->init_schema(); });
+  }
+  for (auto& t : threads) t.join();
+  for (const Status& st : results) EXPECT_TRUE(st.is_ok()) << st.message();
+
+  EXPECT_EQ(psql_value(server, db, "SELECT schema_version FROM saga_meta"),
+            std::to_string(kSchemaVersion));
+  EXPECT_EQ(psql_value(server, db,
+                       "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM "
+                       "information_schema.tables WHERE table_name LIKE 'saga\\_%'"),
+            "saga_accounts,saga_leg_voids,saga_meta,saga_pending,saga_postings,saga_transfers");
+
+  // A schema newer than this build is refused, not downgraded.
+  EXPECT_EQ(server.psql(db, "UPDATE saga_meta SET schema_version = 99").exit_code, 0);
+  const Status st = stores[0]->init_schema();
+  EXPECT_EQ(st.kind(), ErrorKind::fatal);
+  EXPECT_TRUE(contains(st.message(), "99")) << st.message();
+  EXPECT_EQ(psql_value(server, db, "SELECT schema_version FROM saga_meta"), "99");
+}
+
+TEST(PgStore, RecoveryAndStaleQueriesUseTheirPartialIndexes) {
+  PgServer& server = shared_pg_server();
+  const std::string db = unique_name("plans");
+  auto s = open_initialised(server.create_database(db));
+  ASSERT_NE(s, nullptr);
+  const std::string plan =
+      psql_value(server, db,
+                 "SET enable_seqscan = off; EXPLAIN SELECT id FROM saga_transfers c "
+                 "WHERE c.lease_until_ms < 5 AND (c.state IN ('initial', 'pending', 'applied', "
+                 "'canceling') OR NOT c.notified) ORDER BY c.lease_until_ms LIMIT 10");
+  EXPECT_TRUE(contains(plan, "saga_transfers_recovery")) << plan;
+  const std::string stale =
+      psql_value(server, db,
+                 "SET enable_seqscan = off; EXPLAIN SELECT id FROM saga_transfers WHERE state IN "
+                 "('initial', 'pending', 'applied', 'canceling') AND last_modified_ms < 5 "
+                 "ORDER BY last_modified_ms, id LIMIT 10");
+  EXPECT_TRUE(contains(stale, "saga_transfers_stale")) << stale;
+  const std::string stats = psql_value(
+      server, db,
+      "SET enable_seqscan = off; EXPLAIN SELECT state, count(*), min(created_at_ms) FROM "
+      "saga_transfers WHERE state IN ('initial', 'pending', 'applied', 'canceling') GROUP BY "
+      "state");
+  EXPECT_TRUE(contains(stats, "saga_transfers_state")) << stats;
+}
+
+// Every batch call is one statement and so one transaction: a write
+// transaction takes exactly one transaction id. psql's own reads of the
+// counter take one each.
+TEST(PgStore, EveryBatchCallIsOneTransaction) {
+  PgServer& server = shared_pg_server();
+  const std::string db = unique_name("round_trips");
+  auto s = open_initialised(server.create_database(db));
+  ASSERT_NE(s, nullptr);
+  const auto xid = [&] {
+    return std::stoll(psql_value(server, db, "SELECT pg_current_xact_id()::text"));
+  };
+  const auto expect_one_transaction = [&](const char* what, const auto& call) {
+    const long long before = xid();
+    const Status st = call();
+    EXPECT_TRUE(st.is_ok()) << what << ": " << st.message();
+    EXPECT_EQ(xid(), before + 2) << what << " used more than one transaction";
+  };
+
+  std::vector<Account> accounts;
+  for (int i = 0; i < 20; ++i) {
+    accounts.push_back({"a" + std::to_string(i), 1000, 1000, 0, "", false});
+  }
+  expect_one_transaction("create_accounts", [&] { return s->create_accounts(accounts); });
+
+  std::vector<TransferSpec> specs;
+  for (int i = 0; i < 50; ++i) specs.push_back(spec("t-" + std::to_string(i)));
+  std::vector<NewTransfer> batch;
+  for (const auto& t : specs) batch.push_back(t.to_new());
+  std::vector<InsertResult> inserted(batch.size());
+  // Warm up: the first call on a connection also prepares its statement.
+  SAGA_ASSERT_OK(
+      s->insert_transfers(std::span(batch).first(1), "w1", 0, std::span(inserted).first(1)));
+  expect_one_transaction("insert_transfers",
+                         [&] { return s->insert_transfers(batch, "w1", 0, inserted); });
+
+  std::vector<Transition> moves;
+  for (const auto& t : specs)
+    moves.push_back({t.id, TransferState::initial, TransferState::pending, Reason::none, "w1", 1});
+  std::vector<std::uint8_t> applied(moves.size());
+  SAGA_ASSERT_OK(s->transition({}, 0, applied));
+  SAGA_ASSERT_OK(s->transition(std::span(moves).first(1), 0, std::span(applied).first(1)));
+  expect_one_transaction("transition", [&] { return s->transition(moves, 0, applied); });
+
+  std::vector<LegRequest> legs;
+  for (int i = 0; i < 100; ++i) {
+    legs.push_back({i % 2 == 0 ? LegOp::debit : LegOp::credit,
+                    specs[static_cast<std::size_t>(i / 2)].id,
+                    accounts[static_cast<std::size_t>(i % 20)].id, 10, ""});
+  }
+  std::vector<LegResult> results(legs.size());
+  SAGA_ASSERT_OK(s->apply_legs(std::span(legs).first(1), std::span(results).first(1)));
+  expect_one_transaction("apply_legs", [&] { return s->apply_legs(legs, results); });
+
+  std::vector<TransferDoc> claimed;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // leases of 0 ms expire
+  SAGA_ASSERT_OK(s->claim_expired("w2", 60'000, 1, claimed));
+  expect_one_transaction("claim_expired",
+                         [&] { return s->claim_expired("w2", 60'000, 100, claimed); });
+  EXPECT_EQ(claimed.size(), 49U);
+}
+
+TEST(PgStore, NulBytesAreRefusedNotTruncated) {
+  PgServer& server = shared_pg_server();
+  auto s = open_initialised(server.create_database(unique_name("nul_bytes")));
+  ASSERT_NE(s, nullptr);
+  TransferSpec t = spec("t-1");
+  static constexpr char kWithNul[] = "{\"a\":\"x\0y\"}";
+  t.metadata = std::string(kWithNul, sizeof kWithNul - 1);
+  ASSERT_EQ(t.metadata.size(), 11U);
+  const NewTransfer n = t.to_new();
+  InsertResult r = InsertResult::inserted;
+  const Status st = s->insert_transfers(std::span(&n, 1), "w1", 1000, std::span(&r, 1));
+  EXPECT_EQ(st.kind(), ErrorKind::fatal) << st.message();
+  std::optional<TransferDoc> d;
+  SAGA_ASSERT_OK(s->load_transfer("t-1", d));
+  EXPECT_FALSE(d.has_value());
+}
+
+TEST(PgStore, ScanCallbacksCannotReenterTheStore) {
+  PgServer& server = shared_pg_server();
+  auto s = open_initialised(server.create_database(unique_name("reentry")));
+  ASSERT_NE(s, nullptr);
+  const Account a{"acct-a", 1, 1, 0, "", false};
+  SAGA_ASSERT_OK(s->create_accounts(std::span(&a, 1)));
+  Status inner;
+  SAGA_ASSERT_OK(s->scan_accounts([&](const Account& acc) {
+    std::optional<Account> again;
+    inner = s->load_account(acc.id, again);
+  }));
+  EXPECT_EQ(inner.kind(), ErrorKind::fatal);
+  EXPECT_TRUE(contains(inner.message(), "scan callback")) << inner.message();
+  // A throwing callback leaves the connection usable.
+  EXPECT_THROW(s->scan_accounts([](const Account&) { throw std::runtime_error("boom"); }).ignore(),
+               std::runtime_error);
+  std::optional<Account> loaded;
+  SAGA_ASSERT_OK(s->load_account("acct-a", loaded));
+  EXPECT_TRUE(loaded.has_value());
+}
+
+// The same seeded sequence of batches on PostgreSQL and on SQLite: every
+// per-record result, balance, posting and pending entry must agree.
+TEST(PgStore, AgreesWithTheSqliteBackendOnRandomBatches) {
+  PgServer& server = shared_pg_server();
+  auto pg = open_initialised(server.create_database(unique_name("versus_sqlite")));
+  TempDir dir("sagapool-versus");
+  auto lite = open_initialised("sqlite:" + (dir / "store.db").string());
+  ASSERT_NE(pg, nullptr);
+  ASSERT_NE(lite, nullptr);
+  std::vector<Account> accounts = {
+      {"v0", 5000, 5000, 0, "", false}, {"v1", 100, 100, -250, "EUR", false},
+      {"v2", 0, 0, 0, "USD", false},    {"v3", 9'000'000'000'000'000'000, 0, 0, "", false},
+      {"v4", 300, 300, 0, "EUR", true},
+  };
+  SAGA_ASSERT_OK(pg->create_accounts(accounts));
+  SAGA_ASSERT_OK(lite->create_accounts(accounts));
+  const std::vector<std::string> account_ids = {"v0", "v1", "v2", "v3", "v4", "ghost"};
+  const std::vector<std::string> currencies = {"", "EUR", "USD"};
+
+  std::mt19937 rng(4242);
+  for (int round = 0; round < 30; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    // Transfers: a few new ids, some repeated (duplicates) or changed (conflicts).
+    std::vector<TransferSpec> specs;
+    for (int i = 0; i < 6; ++i) {
+      TransferSpec t = spec("x-" + std::to_string(rng() % 60));
+      t.amount = 1 + static_cast<std::int64_t>(rng() % 3);
+      specs.push_back(t);
+    }
+    std::vector<NewTransfer> batch;
+    for (const auto& t : specs) batch.push_back(t.to_new());
+    std::vector<InsertResult> r1(batch.size()), r2(batch.size());
+    SAGA_ASSERT_OK(pg->insert_transfers(batch, "w1", 60'000, r1));
+    SAGA_ASSERT_OK(lite->insert_transfers(batch, "w1", 60'000, r2));
+    EXPECT_EQ(r1, r2);
+
+    const std::size_t size = 1 + rng() % 30;
+    std::vector<std::string> transfer_ids;  // the legs view into these
+    std::vector<LegRequest> legs;
+    for (std::size_t i = 0; i < size; ++i)
+      transfer_ids.push_back("x-" + std::to_string(rng() % 50));
+    for (std::size_t i = 0; i < size; ++i) {
+      const auto dice = rng() % 100;
+      const LegOp op = dice < 35   ? LegOp::debit
+                       : dice < 65 ? LegOp::credit
+                       : dice < 80 ? LegOp::cancel_debit
+                       : dice < 90 ? LegOp::cancel_credit
+                                   : LegOp::release;
+      // A transfer always moves one amount; every tenth is huge, so the edge
+      // accounts overflow or run out.
+      const auto t = std::hash<std::string>{}(transfer_ids[i]) % 1000;
+      const std::int64_t amount =
+          t % 10 == 0 ? 500'000'000'000'000'000 : static_cast<std::int64_t>(1 + t % 700);
+      legs.push_back({op, transfer_ids[i], account_ids[rng() % account_ids.size()], amount,
+                      currencies[rng() % currencies.size()]});
+    }
+    std::vector<LegResult> l1(legs.size()), l2(legs.size());
+    SAGA_ASSERT_OK(pg->apply_legs(legs, l1));
+    SAGA_ASSERT_OK(lite->apply_legs(legs, l2));
+    for (std::size_t i = 0; i < legs.size(); ++i) {
+      EXPECT_EQ(l1[i].status, l2[i].status) << "leg " << i;
+      EXPECT_EQ(l1[i].reason, l2[i].reason) << "leg " << i;
+      EXPECT_EQ(l1[i].account_currency, l2[i].account_currency) << "leg " << i;
+    }
+  }
+  const auto ledger = [](Store& s) {
+    std::map<std::string, std::int64_t> balances;
+    std::set<std::tuple<std::string, std::string, PostingKind, std::int64_t>> postings;
+    std::set<std::pair<std::string, std::string>> pending;
+    EXPECT_TRUE(s.scan_accounts([&](const Account& a) { balances[a.id] = a.balance; }).is_ok());
+    EXPECT_TRUE(s.scan_postings([&](const Posting& p) {
+                   postings.emplace(p.transfer_id, p.account_id, p.kind, p.amount);
+                 }).is_ok());
+    EXPECT_TRUE(s.scan_pending([&](const PendingEntry& e) {
+                   pending.emplace(e.account_id, e.transfer_id);
+                 }).is_ok());
+    return std::make_tuple(balances, postings, pending);
+  };
+  const auto a = ledger(*pg);
+  const auto b = ledger(*lite);
+  EXPECT_EQ(std::get<0>(a), std::get<0>(b));
+  EXPECT_EQ(std::get<1>(a), std::get<1>(b));
+  EXPECT_EQ(std::get<2>(a), std::get<2>(b));
+  EXPECT_GT(std::get<1>(a).size(), 30U);
+}
+
+}  // namespace
+}  // namespace sagapool::test

@@ -1,0 +1,106 @@
+#pragma once
+// The store conformance suite: every backend runs the same cases
+// (store_conformance_test.cpp). Each backend's executable instantiates the
+// suite for itself (instantiate_*.cpp), so `ctest -L unit` runs the SQLite
+// cases without a server and `-L integration` the PostgreSQL ones.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "process.hpp"
+#include "sagapool/request.hpp"
+#include "sagapool/store.hpp"
+
+namespace sagapool::test {
+
+#define SAGA_ASSERT_OK(expr)                                                     \
+  do {                                                                           \
+    const ::sagapool::Status saga_status_ = (expr);                              \
+    ASSERT_TRUE(saga_status_.is_ok())                                            \
+        << #expr << " -> " << ::sagapool::to_string(saga_status_.kind()) << ": " \
+        << saga_status_.message();                                               \
+  } while (false)
+
+#define SAGA_EXPECT_OK(expr)                                                     \
+  do {                                                                           \
+    const ::sagapool::Status saga_status_ = (expr);                              \
+    EXPECT_TRUE(saga_status_.is_ok())                                            \
+        << #expr << " -> " << ::sagapool::to_string(saga_status_.kind()) << ": " \
+        << saga_status_.message();                                               \
+  } while (false)
+
+// A request with owned strings, so NewTransfer's views stay valid.
+struct TransferSpec {
+  std::string id;
+  std::string from = "acct-a";
+  std::string to = "acct-b";
+  std::int64_t amount = 100;
+  std::string currency;
+  std::string metadata;
+  std::string topic = "transfers.requests";
+  std::int32_t partition = 3;
+  std::int64_t offset = 42;
+  std::int64_t requested_at_ms = 1'700'000'000'000;
+  std::optional<std::uint64_t> hash;  // default: payload_hash of the request
+
+  RequestView view() const;
+  NewTransfer to_new() const;
+};
+
+inline TransferSpec spec(std::string id, std::string from = "acct-a", std::string to = "acct-b",
+                         std::int64_t amount = 100) {
+  TransferSpec t;
+  t.id = std::move(id);
+  t.from = std::move(from);
+  t.to = std::move(to);
+  t.amount = amount;
+  return t;
+}
+
+// The parameter is the backend name: "sqlite" or "postgresql".
+class StoreTest : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override;
+
+  // A new, empty store of this backend (initialised unless told not to);
+  // `url_` names it afterwards.
+  std::unique_ptr<Store> fresh_store(bool init = true);
+  // A second connection to the store `store_` works on.
+  std::unique_ptr<Store> second_connection();
+
+  // ---- helpers on `store_` (or `s`) ----
+  InsertResult insert(const TransferSpec& t, std::string_view owner = "w1",
+                      std::int64_t lease_ms = 60'000);
+  TransferDoc load(std::string_view id);
+  bool transition(std::string_view id, TransferState from, TransferState to, std::string_view owner,
+                  std::int64_t epoch, Reason reason = Reason::none, std::int64_t lease_ms = 60'000);
+  void create(Store& s, const Account& a);
+  void create(const Account& a) { create(*store_, a); }
+  Account account(std::string_view id);
+  LegResult leg(LegOp op, std::string_view transfer, std::string_view account, std::int64_t amount,
+                std::string_view currency = {});
+  std::vector<Posting> postings(std::string_view transfer);
+  std::vector<std::string> pending(std::string_view account);
+  std::int64_t store_now();
+  // Waits until the store's clock is past `t` (leases compare strictly).
+  void wait_store_clock_past(std::int64_t t);
+  // Invariant 3 over every account: balance == opening + sum of postings.
+  void expect_balances_match_postings(Store& s);
+
+  std::string url_;
+  std::unique_ptr<Store> store_;
+
+ private:
+  std::string new_url();
+  std::vector<std::unique_ptr<TempDir>> dirs_;
+};
+
+// The PostgreSQL server the suite shares (started on first use, stopped at
+// exit); every test gets its own database.
+class PgServer;
+PgServer& shared_pg_server();
+
+}  // namespace sagapool::test

@@ -1,0 +1,299 @@
+#include "pg_server.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+
+namespace sagapool::test {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string random_hex(std::size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::random_device rd;
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(kDigits[rd() % 16]);
+  return out;
+}
+
+std::string tail(const std::string& s, std::size_t n = 4000) {
+  return s.size() <= n ? s : s.substr(s.size() - n);
+}
+
+void chown_to(const fs::path& p, std::optional<uid_t> uid, std::optional<gid_t> gid) {
+  if (!uid) return;
+  if (::chown(p.c_str(), *uid, gid.value_or(static_cast<gid_t>(-1))) != 0) {
+    throw std::system_error(errno, std::generic_category(), "chown " + p.string());
+  }
+}
+
+}  // namespace
+
+std::optional<fs::path> find_pg_bin_dir() {
+  if (const char* env = std::getenv("SAGA_PG_BIN_DIR"); env != nullptr && env[0] != '\0') {
+    if (fs::exists(fs::path(env) / "postgres")) return fs::path(env);
+    return std::nullopt;
+  }
+  std::optional<fs::path> best;
+  int best_version = -1;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/usr/lib/postgresql", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const int version = std::stoi(name);
+    const fs::path bin = entry.path() / "bin";
+    if (version > best_version && fs::exists(bin / "postgres") && fs::exists(bin / "initdb")) {
+      best = bin;
+      best_version = version;
+    }
+  }
+  return best;
+}
+
+// A child process run, when the test runs as root, as an unprivileged user;
+// killed with its process group if still running when destroyed.
+class PgServer::Child {
+ public:
+  Child(const std::vector<std::string>& argv, const fs::path& log, const fs::path& cwd,
+        std::optional<uid_t> uid, std::optional<gid_t> gid) {
+    std::vector<std::string> args = argv;
+    std::vector<char*> cargv;
+    for (auto& a : args) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "open " + log.string());
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ < 0) {
+      ::close(fd);
+      throw std::system_error(errno, std::generic_category(), "fork");
+    }
+    if (pid_ == 0) {
+      // Only async-signal-safe calls from here to exec.
+      ::setpgid(0, 0);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      const int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+      if (gid && (::setgroups(1, &*gid) != 0 || ::setgid(*gid) != 0)) _exit(126);
+      if (uid && ::setuid(*uid) != 0) _exit(126);
+      // After setuid, which clears it: a server outliving a crashed test
+      // shuts down at once (SIGQUIT = immediate shutdown).
+      ::prctl(PR_SET_PDEATHSIG, SIGQUIT);
+      if (::getppid() != parent) _exit(125);
+      if (::chdir(cwd.c_str()) != 0) _exit(126);
+      ::execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+    ::close(fd);
+  }
+  ~Child() {
+    if (!exit_code_) {
+      ::kill(-pid_, SIGKILL);
+      ::kill(pid_, SIGKILL);
+      (void)wait(std::chrono::seconds(10));
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  void signal(int sig) const {
+    if (!exit_code_) ::kill(pid_, sig);
+  }
+  bool running() { return !wait(std::chrono::milliseconds(0)).has_value(); }
+  std::optional<int> wait(std::chrono::milliseconds timeout) {
+    if (exit_code_) return exit_code_;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      int status = 0;
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return exit_code_;
+      }
+      if (r < 0) return exit_code_ = -1;
+      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+PgServer::PgServer() {
+  const auto bin = find_pg_bin_dir();
+  if (!bin) {
+    throw std::runtime_error(
+        "PostgreSQL server binaries not found under /usr/lib/postgresql/<version>/bin "
+        "(install Debian's `postgresql` package, or set SAGA_PG_BIN_DIR)");
+  }
+  bin_dir_ = *bin;
+  if (::geteuid() == 0) {
+    const passwd* pw = ::getpwnam("postgres");
+    if (pw == nullptr) pw = ::getpwnam("nobody");
+    if (pw == nullptr)
+      throw std::runtime_error("running as root and no `postgres` or `nobody` user");
+    run_uid_ = pw->pw_uid;
+    run_gid_ = pw->pw_gid;
+    // The server's user must reach its folders inside ours.
+    fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_read |
+                                     fs::perms::group_exec | fs::perms::others_read |
+                                     fs::perms::others_exec);
+  }
+  data_dir_ = dir_ / "data";
+  socket_dir_ = dir_ / "socket";
+  log_file_ = dir_ / "server.log";
+  fs::create_directory(data_dir_);
+  fs::create_directory(socket_dir_);
+  fs::permissions(data_dir_, fs::perms::owner_all);
+  fs::permissions(socket_dir_, fs::perms::owner_all);
+  chown_to(data_dir_, run_uid_, run_gid_);
+  chown_to(socket_dir_, run_uid_, run_gid_);
+
+  password_ = random_hex(24);
+  const fs::path pwfile = dir_ / "pwfile";
+  {
+    std::ofstream out(pwfile);
+    out << password_ << "\n";
+  }
+  fs::permissions(pwfile, fs::perms::owner_read | fs::perms::owner_write);
+  chown_to(pwfile, run_uid_, run_gid_);
+
+  Child initdb({(bin_dir_ / "initdb").string(), "-D", data_dir_.string(), "-U", user_,
+                "--pwfile=" + pwfile.string(), "--auth-local=trust", "--auth-host=scram-sha-256",
+                "-E", "UTF8", "--locale=C", "--no-sync"},
+               log_file_, dir_.path(), run_uid_, run_gid_);
+  const auto code = initdb.wait(std::chrono::seconds(120));
+  fs::remove(pwfile);
+  if (code != 0) {
+    throw std::runtime_error("initdb failed (exit " + std::to_string(code.value_or(-1)) + "):\n" +
+                             tail(log()));
+  }
+  // A port that was free a moment ago can be taken by the time the server
+  // binds it: try a few.
+  for (int attempt = 0;; ++attempt) {
+    port_ = free_loopback_port();
+    try {
+      start();
+      return;
+    } catch (const std::runtime_error&) {
+      if (attempt == 4) throw;
+    }
+  }
+}
+
+PgServer::~PgServer() {
+  if (server_ && server_->running()) {
+    server_->signal(SIGINT);  // fast shutdown
+    if (!server_->wait(std::chrono::seconds(30))) server_->signal(SIGKILL);
+  }
+  server_.reset();
+}
+
+void PgServer::launch() {
+  // fsync=off and full_page_writes=off only matter if the machine itself
+  // crashes; a killed server (immediate stop, SIGKILL) still keeps every
+  // committed transaction, which fault tests rely on. So commits stay
+  // synchronous (synchronous_commit=off would lose the last ones).
+  server_ = std::make_unique<Child>(
+      std::vector<std::string>{(bin_dir_ / "postgres").string(), "-D", data_dir_.string(), "-h",
+                               "127.0.0.1", "-p", std::to_string(port_), "-k", socket_dir_.string(),
+                               "-c", "fsync=off", "-c", "full_page_writes=off", "-c",
+                               "max_connections=60", "-c", "shared_buffers=32MB", "-c",
+                               "logging_collector=off"},
+      log_file_, dir_.path(), run_uid_, run_gid_);
+}
+
+void PgServer::start() {
+  if (server_ && server_->running()) return;
+  launch();
+  wait_ready(std::chrono::seconds(60));
+}
+
+std::vector<std::string> PgServer::client(const std::string& program) const {
+  return {(bin_dir_ / program).string(),
+          "-h",
+          socket_dir_.string(),
+          "-p",
+          std::to_string(port_),
+          "-U",
+          user_};
+}
+
+void PgServer::wait_ready(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto argv = client("pg_isready");
+  argv.insert(argv.end(), {"-d", "postgres", "-t", "2"});
+  for (;;) {
+    if (!server_->running()) {
+      throw std::runtime_error("postgres exited during start-up:\n" + tail(log()));
+    }
+    if (run(argv, {}, std::chrono::seconds(10)).exit_code == 0) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      stop(StopMode::immediate);
+      throw std::runtime_error("postgres not ready in time:\n" + tail(log()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void PgServer::stop(StopMode mode, std::chrono::milliseconds grace) {
+  if (!server_ || !server_->running()) return;
+  const int sig = mode == StopMode::smart ? SIGTERM : mode == StopMode::fast ? SIGINT : SIGQUIT;
+  server_->signal(sig);
+  if (!server_->wait(grace)) {
+    server_->signal(SIGKILL);
+    (void)server_->wait(std::chrono::seconds(10));
+  }
+}
+
+void PgServer::signal(int sig) {
+  if (server_) server_->signal(sig);
+}
+
+bool PgServer::running() { return server_ && server_->running(); }
+
+std::string PgServer::create_database(const std::string& name) {
+  auto argv = client("createdb");
+  argv.push_back(name);
+  const RunResult r = run(argv, {}, std::chrono::seconds(60));
+  if (r.exit_code != 0) {
+    throw std::runtime_error("createdb " + name + " failed: " + r.output);
+  }
+  return url(name);
+}
+
+RunResult PgServer::psql(const std::string& database, const std::string& sql) const {
+  auto argv = client("psql");
+  argv.insert(argv.end(),
+              {"-d", database, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql});
+  return run(argv, {}, std::chrono::seconds(60));
+}
+
+std::string PgServer::url(const std::string& database) const {
+  return "postgresql://" + user_ + ":" + password_ + "@127.0.0.1:" + std::to_string(port_) + "/" +
+         database;
+}
+
+std::string PgServer::log() const { return read_file(log_file_); }
+
+}  // namespace sagapool::test
