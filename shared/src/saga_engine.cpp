@@ -83,7 +83,7 @@ Status SagaEngine::with_retries(std::string_view op, Call&& call) {
 Status SagaEngine::run(std::vector<SagaItem>& items) {
   // One store: the whole batch is one transaction there (one commit instead
   // of one per stage). Several stores: each stage commits on its own shard.
-  if (ledger_.shard_count() != 1) return run_rounds(items);
+  if (ledger_.shard_count() != 1 || !ledger_.shard(0).supports_scope()) return run_rounds(items);
   Store& store = ledger_.shard(0);
   Status s = with_retries_unscoped("begin", [&] { return store.begin_scope(); });
   if (s) s = run_in_scope(items);

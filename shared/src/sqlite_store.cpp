@@ -97,6 +97,7 @@ class SqliteStore final : public Store {
   Status init_schema() override {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
+    if (Status s = refuse_newer_schema(); !s) return s;
     for (const char* stmt : kSchema) {
       if (Status s = exec(stmt); !s) return s;
     }
@@ -106,6 +107,20 @@ class SqliteStore final : public Store {
         !s)
       return s;
     return tx.commit();
+  }
+
+  Status refuse_newer_schema() {
+    if (Status s = has_table("meta", out_bool_); !s || !out_bool_) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT value FROM meta WHERE key = 'schema_version'", st); !s) return s;
+    const int rc = sqlite3_step(st->get());
+    const int version = rc == SQLITE_ROW ? sqlite3_column_int(st->get(), 0) : 0;
+    sqlite3_reset(st->get());
+    if (version > kSchemaVersion) {
+      return Status::fatal(name_ + " has schema version " + std::to_string(version) +
+                           ", newer than this program knows (" + std::to_string(kSchemaVersion) + ")");
+    }
+    return Status::ok();
   }
 
   Status read_topology(std::optional<Topology>& out) override {
@@ -122,10 +137,11 @@ class SqliteStore final : public Store {
       if (rc != SQLITE_ROW) return error(rc, "read topology");
       const std::string key = column_text(st->get(), 0);
       const std::string value = column_text(st->get(), 1);
+      const int number = sqlite3_column_int(st->get(), 1);
       if (key == "ledger_id") t.ledger_id = value, ++found;
-      else if (key == "shard_index") t.shard_index = std::stoi(value), ++found;
-      else if (key == "shard_count") t.shard_count = std::stoi(value), ++found;
-      else if (key == "schema_version") t.schema_version = std::stoi(value);
+      else if (key == "shard_index") t.shard_index = number, ++found;
+      else if (key == "shard_count") t.shard_count = number, ++found;
+      else if (key == "schema_version") t.schema_version = number;
     }
     if (found == 3) out = t;
     return Status::ok();
@@ -151,6 +167,8 @@ class SqliteStore final : public Store {
     }
     return tx.commit();
   }
+
+  bool supports_scope() const noexcept override { return true; }
 
   Status begin_scope() override {
     if (Status s = exec("BEGIN IMMEDIATE"); !s) return s;
@@ -413,6 +431,10 @@ class SqliteStore final : public Store {
     if (Status s = prepare_legs(legs); !s) return s;
     const std::int64_t now = wall_now_ms();
     for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].amount <= 0 && (batch[i].op == LegOp::debit || batch[i].op == LegOp::credit)) {
+        return Status::fatal("leg of transfer " + std::string(batch[i].transfer_id) +
+                             " has a non-positive amount");
+      }
       if (Status s = apply_leg(legs, batch[i], now, results[i]); !s) return s;
     }
     return tx.commit();

@@ -172,8 +172,8 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
 Status Worker::write_batch() {
   // One store: delivered-outcome flags, the inserts and every stage of the
   // batch commit together. Several stores: each step commits on its own.
-  const bool scoped = ledger_.shard_count() == 1;
   Store& transfers = ledger_.transfers();
+  const bool scoped = ledger_.shard_count() == 1 && transfers.supports_scope();
   items_.clear();
   if (scoped) {
     if (Status s = transfers.begin_scope(); !s) return s;

@@ -148,8 +148,9 @@ class Store {
   // stage. Every record write stays conditional and idempotent; the scope
   // only makes them atomic together. After any failed call inside a scope
   // the caller must end_scope(false), which undoes everything since
-  // begin_scope. Backends may ignore scopes (each call then commits alone).
-  virtual Status begin_scope() { return Status::ok(); }
+  // begin_scope. Only backends that say supports_scope() implement them.
+  virtual bool supports_scope() const noexcept { return false; }
+  virtual Status begin_scope() { return Status::fatal("this store has no transaction scopes"); }
   virtual Status end_scope(bool commit) {
     (void)commit;
     return Status::ok();
