@@ -56,6 +56,14 @@ void Consumer::rebalance_cb(rd_kafka_t* rk, rd_kafka_resp_err_t err,
   const bool assign = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
   KafkaErrorPtr error;
   rd_kafka_resp_err_t rerr = RD_KAFKA_RESP_ERR_NO_ERROR;
+  if (!assign) {
+    // Hand over what we ingested: commit the stored offsets now, so the
+    // partitions' next owner does not consume them again.
+    const rd_kafka_resp_err_t c = rd_kafka_commit(rk, nullptr, 0);
+    if (c && c != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+      spdlog::warn("rebalance: commit before revoke failed: {}", rd_kafka_err2str(c));
+    }
+  }
   if (cooperative) {
     error.reset(assign ? rd_kafka_incremental_assign(rk, partitions)
                        : rd_kafka_incremental_unassign(rk, partitions));
