@@ -1,0 +1,370 @@
+#include "sagapool/kafka.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+
+namespace sagapool {
+
+// ---- Handles --------------------------------------------------------------
+
+void KafkaDeleter::operator()(rd_kafka_t* p) const noexcept { rd_kafka_destroy(p); }
+void ConfDeleter::operator()(rd_kafka_conf_t* p) const noexcept { rd_kafka_conf_destroy(p); }
+void TopicPartitionListDeleter::operator()(rd_kafka_topic_partition_list_t* p) const noexcept {
+  rd_kafka_topic_partition_list_destroy(p);
+}
+void MessageDeleter::operator()(rd_kafka_message_t* p) const noexcept {
+  rd_kafka_message_destroy(p);
+}
+void HeadersDeleter::operator()(rd_kafka_headers_t* p) const noexcept {
+  rd_kafka_headers_destroy(p);
+}
+void QueueDeleter::operator()(rd_kafka_queue_t* p) const noexcept { rd_kafka_queue_destroy(p); }
+void KafkaErrorDeleter::operator()(rd_kafka_error_t* p) const noexcept {
+  rd_kafka_error_destroy(p);
+}
+void MetadataDeleter::operator()(const rd_kafka_metadata_t* p) const noexcept {
+  rd_kafka_metadata_destroy(p);
+}
+
+// ---- Errors ---------------------------------------------------------------
+
+ErrorKind classify_kafka_error(rd_kafka_resp_err_t err, bool is_fatal,
+                               bool is_retriable) noexcept {
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return ErrorKind::ok;
+  if (is_fatal || err == RD_KAFKA_RESP_ERR__FATAL) return ErrorKind::fatal;
+  if (is_retriable) return ErrorKind::retry_call;
+  switch (err) {
+    // Wrong configuration or usage: retrying the same call cannot help.
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+    case RD_KAFKA_RESP_ERR__NOT_CONFIGURED:
+    case RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE:
+    case RD_KAFKA_RESP_ERR__NOT_IMPLEMENTED:
+    case RD_KAFKA_RESP_ERR__SSL:
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR__FENCED:
+    case RD_KAFKA_RESP_ERR__INCONSISTENT:
+    case RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE:
+    case RD_KAFKA_RESP_ERR__DESTROY:
+    case RD_KAFKA_RESP_ERR__CONFLICT:
+    case RD_KAFKA_RESP_ERR__STATE:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_SASL_MECHANISM:
+    case RD_KAFKA_RESP_ERR_ILLEGAL_SASL_STATE:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_COMPRESSION_TYPE:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+    case RD_KAFKA_RESP_ERR_INVALID_CONFIG:
+    case RD_KAFKA_RESP_ERR_INVALID_REQUEST:
+    case RD_KAFKA_RESP_ERR_INVALID_GROUP_ID:
+    case RD_KAFKA_RESP_ERR_INVALID_SESSION_TIMEOUT:
+    case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+    case RD_KAFKA_RESP_ERR_SECURITY_DISABLED:
+    case RD_KAFKA_RESP_ERR_PRODUCER_FENCED:
+    case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
+    case RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID:
+      return ErrorKind::fatal;
+    // Everything else is transport, timeouts, leadership or coordinator
+    // movement, queue full, rebalances: the same call can succeed later.
+    default:
+      return ErrorKind::retry_call;
+  }
+}
+
+namespace {
+
+std::string describe(rd_kafka_resp_err_t err, std::string_view what) {
+  std::string m(what);
+  m += ": ";
+  m += rd_kafka_err2str(err);
+  m += " (";
+  m += rd_kafka_err2name(err);
+  m += ')';
+  return m;
+}
+
+}  // namespace
+
+Status kafka_status(rd_kafka_resp_err_t err, std::string_view what) {
+  const ErrorKind kind = classify_kafka_error(err);
+  if (kind == ErrorKind::ok) return Status::ok();
+  return Status::error(kind, describe(err, what));
+}
+
+Status kafka_status(const rd_kafka_error_t* error, std::string_view what) {
+  if (error == nullptr) return Status::ok();
+  const rd_kafka_resp_err_t err = rd_kafka_error_code(error);
+  const ErrorKind kind = classify_kafka_error(err, rd_kafka_error_is_fatal(error) != 0,
+                                              rd_kafka_error_is_retriable(error) != 0);
+  if (kind == ErrorKind::ok) return Status::ok();
+  std::string m(what);
+  m += ": ";
+  m += rd_kafka_error_string(error);
+  m += " (";
+  m += rd_kafka_error_name(error);
+  m += ')';
+  return Status::error(kind, std::move(m));
+}
+
+// ---- Configuration --------------------------------------------------------
+
+Status conf_set(rd_kafka_conf_t& conf, const std::string& key, const std::string& value) {
+  std::array<char, 512> errstr{};
+  const rd_kafka_conf_res_t r =
+      rd_kafka_conf_set(&conf, key.c_str(), value.c_str(), errstr.data(), errstr.size());
+  if (r == RD_KAFKA_CONF_OK) return Status::ok();
+  std::string m = "kafka option '" + key + "': ";
+  if (r == RD_KAFKA_CONF_UNKNOWN) {
+    m += "no such librdkafka property";
+  } else if (is_secret_key(key)) {
+    // librdkafka's message quotes the value; a secret must never be printed.
+    m += "invalid value (not shown: secret)";
+  } else {
+    m += errstr.data();
+  }
+  return Status::fatal(std::move(m));
+}
+
+Status make_conf(const std::vector<KeyValue>& opts, ConfPtr& out) {
+  ConfPtr conf(rd_kafka_conf_new());
+  for (const KeyValue& kv : opts) {
+    if (Status s = conf_set(*conf, kv.key, kv.value); !s) return s;
+  }
+  out = std::move(conf);
+  return Status::ok();
+}
+
+namespace {
+
+spdlog::level::level_enum spdlog_level(int syslog_level) noexcept {
+  // librdkafka uses syslog levels: 0 emerg .. 7 debug.
+  if (syslog_level <= 2) return spdlog::level::critical;
+  if (syslog_level == 3) return spdlog::level::err;
+  if (syslog_level == 4) return spdlog::level::warn;
+  if (syslog_level <= 6) return spdlog::level::info;
+  return spdlog::level::debug;
+}
+
+void log_cb(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
+  const auto lvl = spdlog_level(level);
+  if (!spdlog::should_log(lvl)) return;
+  spdlog::log(lvl, "librdkafka {} {}: {}", rd_kafka_name(rk), fac, buf);
+}
+
+// Shared by every handle's error callback; returns true for a fatal error.
+bool log_kafka_error(rd_kafka_t* rk, int err_code, const char* reason) {
+  const auto err = static_cast<rd_kafka_resp_err_t>(err_code);
+  if (err == RD_KAFKA_RESP_ERR__FATAL) {
+    std::array<char, 512> buf{};
+    const rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf.data(), buf.size());
+    spdlog::error("kafka {}: FATAL error {}: {}", rd_kafka_name(rk), rd_kafka_err2name(orig),
+                  buf.data());
+    return true;
+  }
+  // All-brokers-down and transport errors are expected during broker
+  // restarts; librdkafka keeps retrying, so they are warnings.
+  spdlog::warn("kafka {}: {} ({})", rd_kafka_name(rk), reason, rd_kafka_err2name(err));
+  return false;
+}
+
+void error_cb(rd_kafka_t* rk, int err, const char* reason, void* /*opaque*/) {
+  (void)log_kafka_error(rk, err, reason);
+}
+
+}  // namespace
+
+void install_log_callbacks(rd_kafka_conf_t& conf) {
+  rd_kafka_conf_set_log_cb(&conf, log_cb);
+  rd_kafka_conf_set_error_cb(&conf, error_cb);
+}
+
+// ---- Producer -------------------------------------------------------------
+
+KafkaProducer::KafkaProducer(DeliveryHandler* handler, const KafkaProducerOptions& options)
+    : handler_(handler),
+      queue_full_wait_(options.queue_full_wait),
+      close_flush_timeout_(options.close_flush_timeout) {}
+
+Status KafkaProducer::create(const KafkaProducerOptions& options, DeliveryHandler* handler,
+                             std::unique_ptr<KafkaProducer>& out) {
+  if (options.brokers.empty()) return Status::fatal("kafka producer: no brokers given");
+  std::vector<KeyValue> opts = {
+      {"bootstrap.servers", options.brokers},
+      {"client.id", options.client_id},
+      {"enable.idempotence", "true"},
+      {"compression.type", "lz4"},
+      {"linger.ms", "5"},
+      {"batch.num.messages", "10000"},
+      {"queue.buffering.max.messages", "500000"},
+  };
+  opts.insert(opts.end(), options.kafka_opts.begin(), options.kafka_opts.end());
+  ConfPtr conf;
+  if (Status s = make_conf(opts, conf); !s) return s;
+
+  // The producer's address is the handle's opaque, so it must not move:
+  // it lives behind a unique_ptr from here on.
+  std::unique_ptr<KafkaProducer> p(new KafkaProducer(handler, options));
+  install_log_callbacks(*conf);
+  rd_kafka_conf_set_error_cb(conf.get(), &KafkaProducer::error_cb);
+  rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaProducer::dr_msg_cb);
+  rd_kafka_conf_set_opaque(conf.get(), p.get());
+
+  std::array<char, 512> errstr{};
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), errstr.data(), errstr.size());
+  if (rk == nullptr) return Status::fatal(std::string("kafka producer: ") + errstr.data());
+  (void)conf.release();  // rd_kafka_new owns the conf now
+  p->rk_.reset(rk);
+  out = std::move(p);
+  return Status::ok();
+}
+
+KafkaProducer::~KafkaProducer() {
+  if (rk_) (void)close(close_flush_timeout_);
+}
+
+void KafkaProducer::dr_msg_cb(rd_kafka_t* /*rk*/, const rd_kafka_message_t* m, void* opaque) {
+  auto* self = static_cast<KafkaProducer*>(opaque);
+  if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    self->delivered_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    self->failed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (self->handler_ != nullptr) self->handler_->on_delivery(*m);
+}
+
+void KafkaProducer::error_cb(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
+  if (log_kafka_error(rk, err, reason)) {
+    static_cast<KafkaProducer*>(opaque)->fatal_.store(true, std::memory_order_relaxed);
+  }
+}
+
+Status KafkaProducer::fatal_error() const {
+  if (!rk_ || !has_fatal_error()) return Status::ok();
+  std::array<char, 512> buf{};
+  const rd_kafka_resp_err_t err = rd_kafka_fatal_error(rk_.get(), buf.data(), buf.size());
+  return Status::fatal(std::string("kafka producer fatal error ") + rd_kafka_err2name(err) +
+                       ": " + buf.data());
+}
+
+Status KafkaProducer::produce_once(const std::string& topic, std::string_view key,
+                                   std::string_view value,
+                                   std::span<const MessageHeader> headers, void* opaque,
+                                   rd_kafka_resp_err_t& err) {
+  // Fixed-size argument list on the stack: topic, flags, value, opaque, and
+  // optionally key and headers.
+  std::array<rd_kafka_vu_t, 6> vus{};
+  std::size_t n = 0;
+  vus[n].vtype = RD_KAFKA_VTYPE_TOPIC;
+  vus[n++].u.cstr = topic.c_str();
+  vus[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
+  vus[n++].u.i = RD_KAFKA_MSG_F_COPY;
+  vus[n].vtype = RD_KAFKA_VTYPE_VALUE;
+  // F_COPY: librdkafka copies and never writes through this pointer.
+  vus[n].u.mem.ptr = const_cast<char*>(value.data());
+  vus[n++].u.mem.size = value.size();
+  vus[n].vtype = RD_KAFKA_VTYPE_OPAQUE;
+  vus[n++].u.ptr = opaque;
+  if (!key.empty()) {
+    vus[n].vtype = RD_KAFKA_VTYPE_KEY;
+    vus[n].u.mem.ptr = const_cast<char*>(key.data());
+    vus[n++].u.mem.size = key.size();
+  }
+  HeadersPtr hdrs;
+  if (!headers.empty()) {
+    // Only dead letters carry headers; the list is librdkafka's allocation
+    // and becomes the message's on success.
+    hdrs.reset(rd_kafka_headers_new(headers.size()));
+    for (const MessageHeader& h : headers) {
+      const rd_kafka_resp_err_t herr = rd_kafka_header_add(
+          hdrs.get(), h.name.data(), static_cast<ssize_t>(h.name.size()), h.value.data(),
+          static_cast<ssize_t>(h.value.size()));
+      if (herr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        err = herr;
+        return kafka_status(herr, "kafka produce: header");
+      }
+    }
+    vus[n].vtype = RD_KAFKA_VTYPE_HEADERS;
+    vus[n++].u.headers = hdrs.get();
+  }
+  KafkaErrorPtr error(rd_kafka_produceva(rk_.get(), vus.data(), n));
+  if (!error) {
+    (void)hdrs.release();  // owned by the queued message now
+    err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    return Status::ok();
+  }
+  err = rd_kafka_error_code(error.get());
+  return kafka_status(error.get(), "kafka produce to " + topic);
+}
+
+Status KafkaProducer::produce(const std::string& topic, std::string_view key,
+                              std::string_view value, std::span<const MessageHeader> headers,
+                              void* opaque) {
+  if (!rk_) return Status::fatal("kafka produce: the producer is closed");
+  if (has_fatal_error()) return fatal_error();
+  if (headers.size() > kMaxHeaders) {
+    return Status::fatal("kafka produce: more than " + std::to_string(kMaxHeaders) + " headers");
+  }
+  const auto deadline = std::chrono::steady_clock::now() + queue_full_wait_;
+  for (;;) {
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    Status s = produce_once(topic, key, value, headers, opaque, err);
+    if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return s;
+    // Back-pressure: serve delivery reports (which frees queue slots), then
+    // try again, for a bounded time.
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::retry_call("kafka produce to " + topic + ": local queue still full after " +
+                                std::to_string(queue_full_wait_.count()) +
+                                " ms (broker unreachable or too slow?)");
+    }
+    (void)poll(std::chrono::milliseconds(10));
+  }
+}
+
+int KafkaProducer::poll(std::chrono::milliseconds timeout) {
+  if (!rk_) return 0;
+  return rd_kafka_poll(rk_.get(), static_cast<int>(timeout.count()));
+}
+
+bool KafkaProducer::flush(std::chrono::milliseconds timeout) {
+  if (!rk_) return true;
+  // rd_kafka_flush serves delivery reports on this thread while it waits.
+  (void)rd_kafka_flush(rk_.get(), static_cast<int>(timeout.count()));
+  return outq_len() == 0;
+}
+
+int KafkaProducer::outq_len() const { return rk_ ? rd_kafka_outq_len(rk_.get()) : 0; }
+
+int KafkaProducer::close(std::chrono::milliseconds flush_timeout) {
+  if (!rk_) return 0;
+  int left = 0;
+  if (!flush(flush_timeout)) {
+    left = outq_len();
+    spdlog::warn("kafka producer: {} message(s) not delivered within {} ms; purging them", left,
+                 flush_timeout.count());
+    // Purged messages get a failed delivery report, served by the poll below,
+    // so every queued message is reported exactly once.
+    const rd_kafka_resp_err_t err =
+        rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      spdlog::warn("kafka producer: purge failed: {}", rd_kafka_err2str(err));
+    }
+    // Bounded: purged messages are reported promptly; give up after ~1 s.
+    for (int i = 0; i < 100 && outq_len() > 0; ++i) (void)poll(std::chrono::milliseconds(10));
+    (void)poll(std::chrono::milliseconds(0));
+  }
+  rk_.reset();
+  return left;
+}
+
+}  // namespace sagapool
