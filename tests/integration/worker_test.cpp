@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <signal.h>
 
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -144,6 +145,20 @@ TEST_F(WorkerTest, EveryOutcomePathAndDeadLetters) {
   EXPECT_EQ(kcat.exit_code, 0) << kcat.output;
   EXPECT_NE(kcat.output.find(R"("id":"t-unknown","state":"canceled","reason":"unknown_account")"),
             std::string::npos) << kcat.output;
+
+  // A transfer published by hand with kcat comes back as an outcome.
+  const auto by_hand = dir_ / "by-hand.txt";
+  {
+    std::ofstream f(by_hand);
+    f << "a2|" << request("t-kcat", "a2", "a3", 3) << "\n";
+  }
+  RunResult sent = run({"/usr/bin/kcat", "-b", broker_->bootstrap(), "-P", "-t", "transfers.requests",
+                        "-K", "|", "-l", by_hand.string()});
+  ASSERT_EQ(sent.exit_code, 0) << sent.output;
+  auto with_kcat = outcomes(6, 30s);
+  ASSERT_TRUE(with_kcat.count("t-kcat")) << "no outcome for the kcat transfer";
+  EXPECT_EQ(with_kcat.at("t-kcat").front().at("state"), "done");
+  EXPECT_EQ(balance("a3"), 13);
 
   EXPECT_EQ(worker.stop(20s), 0) << read_file(dir_ / "w1.log");
   expect_audit_passes();
