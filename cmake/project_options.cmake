@@ -6,7 +6,7 @@ target_compile_features(sagapool_options INTERFACE cxx_std_20)
 target_compile_options(sagapool_options INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
   -Wcast-align -Wunused -Woverloaded-virtual -Wconversion -Wsign-conversion
-  -Wnull-dereference -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
+  -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
 
 set(SAGA_SANITIZE "" CACHE STRING "Sanitizers to enable: address,undefined | thread")
 if(SAGA_SANITIZE)
