@@ -1,6 +1,7 @@
 #include "sagapool/ledger.hpp"
 
 #include <random>
+#include <stdexcept>
 
 namespace sagapool {
 namespace {
@@ -39,6 +40,13 @@ Status Ledger::open(const std::vector<std::string>& urls, std::unique_ptr<Ledger
   }
   out = std::move(ledger);
   return Status::ok();
+}
+
+std::unique_ptr<Ledger> Ledger::from_stores(std::vector<std::unique_ptr<Store>> stores) {
+  if (stores.empty()) throw std::invalid_argument("Ledger::from_stores: no stores given");
+  auto ledger = std::unique_ptr<Ledger>(new Ledger());
+  ledger->stores_ = std::move(stores);
+  return ledger;
 }
 
 Status Ledger::verify_topology() {

@@ -3,6 +3,8 @@
 #include <array>
 #include <thread>
 
+#include "sagapool/failpoints.hpp"
+
 namespace sagapool {
 
 void SagaItem::assign(const TransferDoc& doc) {
@@ -16,6 +18,7 @@ void SagaItem::assign(const TransferDoc& doc) {
   state = doc.state;
   reason = doc.reason;
   dropped = false;
+  fresh = false;
 }
 
 // The legs bound for one shard in one stage, with the item each belongs to.
@@ -125,7 +128,30 @@ Status SagaEngine::run_rounds(std::vector<SagaItem>& items) {
     for (const SagaItem& it : items) open |= !it.dropped && !is_terminal(it.state);
     if (!open) break;
   }
-  return Status::ok();
+  return flush_coalesced(items);
+}
+
+Status SagaEngine::flush_coalesced(std::vector<SagaItem>& items) {
+  // Fresh items that stopped short of a terminal state still need their
+  // state written (their terminal transitions were written as they happened).
+  if (!scoped_) return Status::ok();
+  transition_batch_.clear();
+  for (const SagaItem& it : items) {
+    if (it.fresh && !it.dropped && !is_terminal(it.state) && it.state != TransferState::initial) {
+      transition_batch_.push_back({it.id, TransferState::initial, it.state, it.reason, options_.owner, it.epoch});
+    }
+  }
+  if (transition_batch_.empty()) return Status::ok();
+  applied_.assign(transition_batch_.size(), 0);
+  Status s = with_retries("transition", [&] {
+    return ledger_.transfers().transition(transition_batch_, options_.lease_ms, applied_);
+  });
+  if (s) {
+    for (std::uint8_t a : applied_) {
+      if (!a) return Status::retry_stage("a transfer inserted in this transaction changed hands");
+    }
+  }
+  return s;
 }
 
 Status SagaEngine::step_initial(std::vector<SagaItem>& items) {
@@ -145,7 +171,12 @@ Status SagaEngine::run_legs(std::vector<ShardBatch>& shards, const char* stage) 
     if (b.legs.empty()) continue;
     any = true;
     b.results.resize(b.legs.size());
-    Status st = with_retries(stage, [&] { return ledger_.shard(s).apply_legs(b.legs, b.results); });
+    Status st = with_retries(stage, [&] {
+      if (Status fp = SAGA_FAILPOINT("before_", stage); !fp) return fp;
+      Status r = ledger_.shard(s).apply_legs(b.legs, b.results);
+      if (!r) return r;
+      return SAGA_FAILPOINT("after_", stage);
+    });
     if (st.kind() == ErrorKind::fatal) return st;
     b.failed = !st.is_ok();
   }
@@ -188,7 +219,12 @@ Status SagaEngine::load_snapshot(std::vector<SagaItem>& items) {
   for (std::size_t s = 0; s < snapshot_ids_.size(); ++s) {
     if (snapshot_ids_[s].empty()) continue;
     snapshot_.resize(snapshot_ids_[s].size());
-    Status st = with_retries("plan", [&] { return ledger_.shard(s).load_accounts(snapshot_ids_[s], snapshot_); });
+    Status st = with_retries("plan", [&] {
+      if (Status fp = SAGA_FAILPOINT("before_plan"); !fp) return fp;
+      Status r = ledger_.shard(s).load_accounts(snapshot_ids_[s], snapshot_);
+      if (!r) return r;
+      return SAGA_FAILPOINT("after_plan");
+    });
     if (st.kind() == ErrorKind::fatal) return st;
     if (!st) {
       for (std::size_t i : pending_) items[i].dropped = true;
@@ -407,26 +443,44 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
   if (transitions_.empty()) return Status::ok();
   const auto started = Clock::now();
   transition_batch_.clear();
-  for (const Pending& p : transitions_) {
+  written_.clear();
+  for (std::size_t k = 0; k < transitions_.size(); ++k) {
+    const Pending& p = transitions_[k];
     const SagaItem& it = items[p.item];
     if (!is_legal_transition(it.state, p.to)) {
       return Status::fatal("engine attempted illegal transition " + std::string(to_string(it.state)) +
                            " -> " + std::string(to_string(p.to)) + " for transfer " + it.id);
     }
-    transition_batch_.push_back({it.id, it.state, p.to, p.reason, options_.owner, it.epoch});
+    // A transfer inserted in this very transaction cannot be owned by anyone
+    // else and its intermediate states are never visible outside it: write
+    // only its final state, once, from the stored `initial`.
+    const bool coalesce = scoped_ && it.fresh;
+    if (coalesce && !is_terminal(p.to)) continue;
+    written_.push_back(k);
+    transition_batch_.push_back({it.id, coalesce ? TransferState::initial : it.state, p.to, p.reason,
+                                 options_.owner, it.epoch});
   }
   applied_.assign(transition_batch_.size(), 0);
-  Status s = with_retries("transition", [&] {
-    return ledger_.transfers().transition(transition_batch_, options_.lease_ms, applied_);
-  });
+  Status s = Status::ok();
+  if (!transition_batch_.empty()) {
+    s = with_retries("transition", [&] {
+      if (Status fp = SAGA_FAILPOINT("before_", stage); !fp) return fp;
+      Status r = ledger_.transfers().transition(transition_batch_, options_.lease_ms, applied_);
+      if (!r) return r;
+      return SAGA_FAILPOINT("after_", stage);
+    });
+  }
   if (s.kind() == ErrorKind::fatal) {
     transitions_.clear();
     return s;
   }
+  // Expand the store's answers back onto every queued transition.
+  store_applied_.assign(transitions_.size(), 1);
+  for (std::size_t w = 0; w < written_.size(); ++w) store_applied_[written_[w]] = s.is_ok() && applied_[w];
   std::array<std::array<std::size_t, kTransferStateCount>, kTransferStateCount> counts{};
   for (std::size_t k = 0; k < transitions_.size(); ++k) {
     SagaItem& it = items[transitions_[k].item];
-    if (!s || !applied_[k]) {
+    if (!store_applied_[k]) {
       it.dropped = true;  // fenced out, or left for recovery after a store error
       continue;
     }

@@ -1,4 +1,5 @@
 #include "worker.hpp"
+#include "sagapool/failpoints.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -37,6 +38,7 @@ Worker::~Worker() = default;
 Status Worker::create(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe,
                       std::unique_ptr<Worker>& out) {
   auto w = std::unique_ptr<Worker>(new Worker(options, ledger, probe));
+  if (Status s = failpoints::init_from_env(); !s) return s;  // SAGA_FAILPOINTS, once
   KafkaProducerOptions popts;
   popts.brokers = options.brokers;
   popts.kafka_opts = options.kafka_opts;
@@ -191,6 +193,7 @@ Status Worker::write_batch() {
       return fail(s);
     }
   }
+  if (Status fp = SAGA_FAILPOINT("after_insert"); !fp) return fail(fp);
   for (std::size_t i = 0; i < new_.size(); ++i) {
     if (inserted_[i] != InsertResult::inserted) continue;
     const RequestView& r = new_[i].request;
@@ -205,6 +208,7 @@ Status Worker::write_batch() {
     it.state = TransferState::initial;
     it.reason = Reason::none;
     it.dropped = false;
+    it.fresh = scoped;
   }
   if (!scoped) {
     if (Status s = engine_.run(items_); !s) return s;  // transient errors leave items to recovery
@@ -216,6 +220,7 @@ Status Worker::write_batch() {
 }
 
 void Worker::publish_finished(bool count_finished) {
+  SAGA_FAILPOINT("before_publish").ignore();  // crash or pause only
   const auto started = Clock::now();
   const std::int64_t now = wall_ms();
   for (const SagaItem& it : items_) {
@@ -280,6 +285,7 @@ Status Worker::store_ready_offsets() {
       }
       return Status::ok();
     }
+    SAGA_FAILPOINT("before_store_offsets").ignore();  // crash or pause only
     if (Status s = consumer_->store_offsets(*front.offsets); !s) {
       spdlog::warn("{}", s.message());  // redelivery is harmless: ingest is idempotent
     }
@@ -343,6 +349,7 @@ Status Worker::recover() {
       return s.kind() == ErrorKind::fatal ? s : Status::ok();
     }
     if (claimed_.empty()) break;
+    if (Status fp = SAGA_FAILPOINT("after_recovery_claim"); !fp) return Status::ok();  // left to the next lease
     items_.clear();
     for (const TransferDoc& d : claimed_) {
       probe_.on_recovered(d.state);

@@ -25,6 +25,11 @@ class Ledger {
  public:
   // Opens every URL. Does not check the topology (see verify_topology).
   static Status open(const std::vector<std::string>& urls, std::unique_ptr<Ledger>& out);
+  // Wraps stores that are already open, in shard order (the first holds the
+  // transfers): for tests that build their own Store objects, such as the
+  // deterministic simulation. `stores` must not be empty. Does not check the
+  // topology.
+  static std::unique_ptr<Ledger> from_stores(std::vector<std::unique_ptr<Store>> stores);
 
   // Fails with a clear message unless every store was initialised by
   // `sagactl init` for exactly this list of stores in this order.

@@ -55,6 +55,9 @@ struct SagaItem {
   // Set when a conditional write did not apply (another owner took over) or a
   // store error left the item for recovery: the engine stops touching it.
   bool dropped = false;
+  // Inserted (state initial, epoch 1) in the transaction the engine runs in
+  // (run_in_scope): only its final state needs writing.
+  bool fresh = false;
 
   void assign(const TransferDoc& doc);
 };
@@ -97,6 +100,7 @@ class SagaEngine {
     std::string currency;
   };
   Status run_rounds(std::vector<SagaItem>& items);
+  Status flush_coalesced(std::vector<SagaItem>& items);
   Status step_initial(std::vector<SagaItem>& items);
   Status step_legs(std::vector<SagaItem>& items);
   Status load_snapshot(std::vector<SagaItem>& items);
@@ -125,6 +129,8 @@ class SagaEngine {
   std::vector<Pending> transitions_;
   std::vector<Transition> transition_batch_;
   std::vector<std::uint8_t> applied_;
+  std::vector<std::size_t> written_;          // transitions_ sent to the store
+  std::vector<std::uint8_t> store_applied_;   // per transitions_ entry
   std::vector<ShardBatch> shards_;     // first legs of a stage, per shard
   std::vector<ShardBatch> followups_;  // legs that depend on their results
   std::vector<std::size_t> pending_;   // items to post, in batch order

@@ -1,0 +1,211 @@
+// saga-worker with fail points (SAGA_FAILPOINTS, docs/RELIABILITY.md): a
+// worker crashes exactly at a named point (SIGKILL, no cleanup), a worker
+// without fail points takes over after the 2 s lease, and the ledger ends
+// balanced with every request finished exactly once and its outcome
+// published. Also: a worker paused past its lease while another finishes its
+// work (a zombie), injected store errors, and bad specs refused at start-up.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "kafka_client.hpp"
+#include "process.hpp"
+#include "sagapool/audit.hpp"
+#include "sagapool/ledger.hpp"
+
+namespace sagapool::test {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+constexpr int kRequests = 240;
+constexpr int kAccounts = 8;
+
+std::string request(const std::string& id, const std::string& from, const std::string& to, long long amount) {
+  return R"({"id":")" + id + R"(","from":")" + from + R"(","to":")" + to + R"(","amount":)" +
+         std::to_string(amount) + "}";
+}
+
+class FailpointTest : public ::testing::Test {
+ protected:
+  void open_ledger(std::size_t stores) {
+    broker_ = std::make_unique<Broker>(Broker::start(dir_, 2));
+    for (std::size_t i = 0; i < stores; ++i) {
+      store_args_.push_back("--store");
+      store_args_.push_back("sqlite:" + (dir_ / ("ledger" + std::to_string(i) + ".db")).string());
+      urls_.push_back(store_args_.back());
+    }
+    ASSERT_TRUE(Ledger::open(urls_, ledger_).is_ok());
+    ASSERT_TRUE(ledger_->init().is_ok());
+    for (int i = 0; i < kAccounts; ++i) {
+      Account a;
+      a.id = "f" + std::to_string(i);
+      a.balance = a.opening_balance = 3000;
+      a.locked = i == kAccounts - 1;  // refuses its legs: compensation paths
+      ASSERT_TRUE(ledger_->shard_for(a.id).create_accounts({&a, 1}).is_ok());
+    }
+  }
+
+  // Requests that take every path: applied, insufficient funds, unknown
+  // destination (debit reversed), locked account; some sent twice.
+  void produce_requests() {
+    std::mt19937_64 rng(11);
+    std::vector<std::pair<std::string, std::string>> messages;
+    for (int i = 0; i < kRequests; ++i) {
+      const int from = static_cast<int>(rng() % (kAccounts - 1));
+      int to = (from + 1 + static_cast<int>(rng() % (kAccounts - 1))) % kAccounts;
+      const std::string src = "f" + std::to_string(from);
+      std::string dst = "f" + std::to_string(to);
+      if (i % 17 == 0) dst = "ghost";
+      const long long amount = 1 + static_cast<long long>(rng() % 700);
+      const std::string id = "fp-" + std::to_string(i);
+      ids_.insert(id);
+      messages.emplace_back(src, request(id, src, dst, amount));
+      if (i % 9 == 0) messages.emplace_back(src, request(id, src, dst, amount));  // a duplicate
+    }
+    produce(broker_->bootstrap(), "transfers.requests", messages);
+  }
+
+  Process start_worker(const std::string& name, const std::vector<std::string>& env = {}) {
+    std::vector<std::string> argv = {bin("saga-worker").string(), "--brokers", broker_->bootstrap(), "--group", "g",
+                                     "--worker-id", name, "--metrics-addr", "", "--lease", "2s",
+                                     "--recovery-interval", "200ms", "--batch-size", "40",
+                                     // A crashed member leaves the group after 3 s, not 10.
+                                     "--kafka-opt", "session.timeout.ms=3000", "--kafka-opt",
+                                     "heartbeat.interval.ms=300"};
+    argv.insert(argv.end(), store_args_.begin(), store_args_.end());
+    return Process::start(argv, dir_ / (name + ".log"), env);
+  }
+
+  bool all_finished_and_published() {
+    std::size_t finished = 0;
+    bool open = false;
+    EXPECT_TRUE(ledger_->transfers()
+                    .scan_transfer_states([&](std::string_view, TransferState s, bool notified) {
+                      if (is_terminal(s) && notified) ++finished;
+                      else open = true;
+                    })
+                    .is_ok());
+    return !open && finished == ids_.size();
+  }
+
+  // Every request: one transfer, terminal, and every outcome message for it
+  // the same as the ledger's.
+  void expect_exactly_once() {
+    std::map<std::string, std::vector<json>> by_id;
+    for (const Record& r : consume(broker_->bootstrap(), "transfers.results", ids_.size(), 60s)) {
+      json j = json::parse(r.value);
+      by_id[j.at("id").get<std::string>()].push_back(std::move(j));
+    }
+    EXPECT_EQ(by_id.size(), ids_.size());
+    for (const std::string& id : ids_) {
+      std::optional<TransferDoc> d;
+      ASSERT_TRUE(ledger_->transfers().load_transfer(id, d).is_ok());
+      ASSERT_TRUE(d.has_value()) << id << " lost";
+      EXPECT_TRUE(is_terminal(d->state)) << id;
+      const auto it = by_id.find(id);
+      ASSERT_NE(it, by_id.end()) << "no outcome for " << id;
+      for (const json& o : it->second) {
+        EXPECT_EQ(o.at("state").get<std::string>(), std::string(to_string(d->state))) << id;
+        EXPECT_EQ(o.at("amount").get<std::int64_t>(), d->amount) << id;
+      }
+    }
+    AuditReport report;
+    ASSERT_TRUE(run_audit(*ledger_, {}, report).is_ok());
+    EXPECT_TRUE(report.ok()) << report.to_text();
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Broker> broker_;
+  std::vector<std::string> store_args_;
+  std::vector<std::string> urls_;
+  std::unique_ptr<Ledger> ledger_;
+  std::set<std::string> ids_;
+};
+
+struct CrashCase {
+  std::string point;
+  std::size_t stores;  // 1: SQLite with one transaction per batch; 2: every stage commits
+};
+
+void PrintTo(const CrashCase& c, std::ostream* os) { *os << c.point << " on " << c.stores << " store(s)"; }
+
+class FailpointCrash : public FailpointTest, public ::testing::WithParamInterface<CrashCase> {};
+
+TEST_P(FailpointCrash, CrashThereThenARestartFinishesEverythingExactlyOnce) {
+  const CrashCase& c = GetParam();
+  open_ledger(c.stores);
+  produce_requests();
+  Process doomed = start_worker("doomed", {"SAGA_FAILPOINTS=" + c.point + "=crash"});
+  const std::optional<int> code = doomed.wait(60s);
+  ASSERT_TRUE(code.has_value()) << "the worker never reached " << c.point << ":\n" << read_file(dir_ / "doomed.log");
+  EXPECT_EQ(*code, 128 + 9) << read_file(dir_ / "doomed.log");
+  EXPECT_NE(read_file(dir_ / "doomed.log").find("fail point " + c.point + ": crash"), std::string::npos)
+      << read_file(dir_ / "doomed.log");
+
+  Process rescuer = start_worker("rescuer");
+  EXPECT_TRUE(eventually([&] { return all_finished_and_published(); }, 60s)) << read_file(dir_ / "rescuer.log");
+  EXPECT_EQ(rescuer.stop(20s), 0) << read_file(dir_ / "rescuer.log");
+  expect_exactly_once();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Points, FailpointCrash,
+    ::testing::Values(CrashCase{"after_insert", 1}, CrashCase{"after_insert", 2}, CrashCase{"after_claim", 2},
+                      CrashCase{"after_debit", 1}, CrashCase{"after_debit", 2}, CrashCase{"after_credit", 2},
+                      CrashCase{"after_apply", 2}, CrashCase{"after_cleanup", 2},
+                      CrashCase{"after_compensate", 1}, CrashCase{"before_finish", 1},
+                      CrashCase{"after_finish", 2}, CrashCase{"before_publish", 1},
+                      CrashCase{"before_store_offsets", 1}),
+    [](const ::testing::TestParamInfo<CrashCase>& p) {
+      return p.param.point + "_" + std::to_string(p.param.stores) + "_store" + (p.param.stores > 1 ? "s" : "");
+    });
+
+// A zombie: paused after its debits for longer than its lease, while another
+// worker recovers and finishes its transfers; when it resumes, its stale
+// epoch fences it out. Two stores, so every stage commits on its own.
+TEST_F(FailpointTest, APausedWorkerIsFencedOutWhenItResumes) {
+  open_ledger(2);
+  Process zombie = start_worker("zombie", {"SAGA_FAILPOINTS=after_debit=1*pause:5s"});
+  Process other = start_worker("other");
+  produce_requests();
+  ASSERT_TRUE(eventually([&] { return read_file(dir_ / "zombie.log").find("resuming") != std::string::npos; }, 60s))
+      << read_file(dir_ / "zombie.log");
+  EXPECT_TRUE(eventually([&] { return all_finished_and_published(); }, 60s));
+  EXPECT_NE(read_file(dir_ / "other.log").find("recovery: claimed"), std::string::npos)
+      << "the other worker should have taken over the paused one's transfers\n"
+      << read_file(dir_ / "other.log");
+  EXPECT_EQ(zombie.stop(20s), 0) << read_file(dir_ / "zombie.log");
+  EXPECT_EQ(other.stop(20s), 0) << read_file(dir_ / "other.log");
+  expect_exactly_once();
+}
+
+// Injected store errors leave the affected transfers to recovery.
+TEST_F(FailpointTest, InjectedStoreErrorsAreRecovered) {
+  open_ledger(1);
+  produce_requests();
+  Process w = start_worker("flaky", {"SAGA_FAILPOINTS=after_credit=2*error,before_finish=1*error,after_insert=1*error"});
+  EXPECT_TRUE(eventually([&] { return all_finished_and_published(); }, 60s)) << read_file(dir_ / "flaky.log");
+  EXPECT_NE(read_file(dir_ / "flaky.log").find("fail point after_credit: injected store error"), std::string::npos);
+  EXPECT_EQ(w.stop(20s), 0) << read_file(dir_ / "flaky.log");
+  expect_exactly_once();
+}
+
+TEST_F(FailpointTest, ABadSpecIsRefusedAtStartUp) {
+  open_ledger(1);
+  for (const std::string spec : {"after_debitt=crash", "after_debit=explode", "after_debit", "before_publish=error",
+                                  "after_debit=0*crash", "after_debit=pause:soon", "after_debit=crash,after_debit=error"}) {
+    const RunResult r = run({bin("saga-worker").string(), "--brokers", broker_->bootstrap(), "--group", "g",
+                             "--store", urls_.front(), "--metrics-addr", ""},
+                            {"SAGA_FAILPOINTS=" + spec}, 30s);
+    EXPECT_EQ(r.exit_code, 2) << spec << ": " << r.output;
+    EXPECT_NE(r.output.find("SAGA_FAILPOINTS"), std::string::npos) << spec << ": " << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace sagapool::test
