@@ -132,6 +132,9 @@ export const cases = {
         const sm = one(objs, "ServiceMonitor");
         assertEqual(sm.spec.namespaceSelector.matchNames, ["payments"], "ServiceMonitor namespace");
         assertEqual(sm.spec.endpoints[0].interval, "15s", "scrape interval");
+        // The alert and recording rules select job="saga-worker".
+        assertEqual(sm.spec.endpoints[0].relabelings[0], { targetLabel: "job", replacement: "saga-worker" },
+          "job relabeling");
         const cm = byKind(objs, "ConfigMap").find((c) => c.metadata.name.endsWith("-dashboards"));
         assert(cm, "no dashboards ConfigMap");
         assertEqual([cm.metadata.namespace, cm.metadata.labels.grafana_dashboard, cm.metadata.annotations.grafana_folder],
