@@ -2,10 +2,27 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 
 namespace sagapool {
+namespace {
+
+std::atomic<ConsumerStatsListener*> g_stats_listener{nullptr};
+
+}  // namespace
+
+void Consumer::set_stats_listener(ConsumerStatsListener* listener) noexcept {
+  g_stats_listener.store(listener, std::memory_order_release);
+}
+
+int Consumer::stats_cb(rd_kafka_t*, char* json, std::size_t json_len, void*) {
+  if (ConsumerStatsListener* l = g_stats_listener.load(std::memory_order_acquire)) {
+    l->on_consumer_stats(std::string_view(json, json_len));
+  }
+  return 0;  // librdkafka frees `json`
+}
 
 Status Consumer::create(const ConsumerOptions& options, std::unique_ptr<Consumer>& out) {
   std::vector<KeyValue> opts = {
@@ -23,10 +40,13 @@ Status Consumer::create(const ConsumerOptions& options, std::unique_ptr<Consumer
       {"fetch.wait.max.ms", "50"},
       {"queued.max.messages.kbytes", "16384"},
   };
+  const bool stats = g_stats_listener.load(std::memory_order_acquire) != nullptr;
+  if (stats) opts.push_back({"statistics.interval.ms", kConsumerStatsIntervalMs});
   opts.insert(opts.end(), options.kafka_opts.begin(), options.kafka_opts.end());
   ConfPtr conf;
   if (Status s = make_conf(opts, conf); !s) return s;
   install_log_callbacks(*conf);
+  if (stats) rd_kafka_conf_set_stats_cb(conf.get(), &Consumer::stats_cb);
   auto consumer = std::unique_ptr<Consumer>(new Consumer());
   rd_kafka_conf_set_rebalance_cb(conf.get(), &Consumer::rebalance_cb);
   rd_kafka_conf_set_opaque(conf.get(), consumer.get());

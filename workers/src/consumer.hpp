@@ -8,12 +8,26 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sagapool/config.hpp"
 #include "sagapool/kafka.hpp"
 
 namespace sagapool {
+
+// Receives librdkafka's statistics JSON (STATISTICS.md) every
+// `statistics.interval.ms`, on the thread that polls the consumer. Must not
+// block; the text is only valid during the call.
+class ConsumerStatsListener {
+ public:
+  virtual ~ConsumerStatsListener() = default;
+  virtual void on_consumer_stats(std::string_view json) = 0;
+};
+
+// Consumer statistics default to one report per this interval when a
+// listener is installed; `--kafka-opt statistics.interval.ms=N` overrides it.
+inline constexpr const char* kConsumerStatsIntervalMs = "1000";
 
 struct ConsumerOptions {
   std::string brokers;
@@ -45,10 +59,16 @@ class Consumer {
   // Leaves the group, committing stored offsets. Idempotent.
   void close();
 
+  // Consumers created after this call report their statistics to `listener`
+  // (nullptr: no statistics). Set once at start-up, before Worker::create;
+  // the listener must outlive every consumer.
+  static void set_stats_listener(ConsumerStatsListener* listener) noexcept;
+
  private:
   Consumer() = default;
   static void rebalance_cb(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                            rd_kafka_topic_partition_list_t* partitions, void* opaque);
+  static int stats_cb(rd_kafka_t* rk, char* json, std::size_t json_len, void* opaque);
 
   KafkaHandle rk_;
   QueuePtr queue_;

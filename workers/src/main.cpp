@@ -1,6 +1,5 @@
-// saga-worker: flags, start-up checks, signals, metrics; the work itself is
-// in worker.cpp.
-#include <prometheus/exposer.h>
+// saga-worker: flags, start-up checks, signals, metrics and health
+// endpoints; the work itself is in worker.cpp.
 #include <prometheus/registry.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -11,14 +10,22 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "http_server.hpp"
 #include "probe.hpp"
 #include "sagapool/config.hpp"
 #include "sagapool/log.hpp"
+#include "store_collector.hpp"
 #include "worker.hpp"
 
 namespace {
 
 std::atomic<bool> g_stop{false};
+
+using SteadyClock = std::chrono::steady_clock;
+
+// /livez fails when the worker's loop has not completed an iteration for
+// this long (a batch retrying an unavailable store that long counts too).
+constexpr auto kLivenessTimeout = std::chrono::seconds(60);
 
 void on_signal(int) { g_stop.store(true); }
 
@@ -67,6 +74,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> stores;
   std::vector<std::string> kafka_opts;
   std::string lease = "30s", recovery = "1s", drain = "20s", broker_timeout = "15s";
+  std::string imbalance_interval = "15s";
   std::string metrics_addr = "0.0.0.0:9464", log_format = "text";
   o.worker_id = default_worker_id();
   app.add_option("--brokers", o.brokers, "Kafka bootstrap servers (host:port,...)")->required();
@@ -83,7 +91,11 @@ int main(int argc, char** argv) {
   app.add_option("--recovery-interval", recovery, "how often to look for expired leases")->capture_default_str();
   app.add_option("--drain-timeout", drain, "SIGTERM: deadline to publish and leave the group")->capture_default_str();
   app.add_option("--broker-timeout", broker_timeout, "start-up: how long to wait for a broker")->capture_default_str();
-  app.add_option("--metrics-addr", metrics_addr, "host:port for /metrics; empty disables")->capture_default_str();
+  app.add_option("--metrics-addr", metrics_addr,
+                 "host:port serving /metrics, /livez and /readyz; empty disables")->capture_default_str();
+  app.add_option("--imbalance-interval", imbalance_interval,
+                 "how often saga_ledger_imbalance may re-read every account (stretched on a "
+                 "large ledger; see docs/metrics.md)")->capture_default_str();
   app.add_option("--log-format", log_format, "text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   app.add_option("--kafka-opt", kafka_opts, "extra librdkafka property key=value (repeatable); "
                                             "SASL credentials: SAGA_KAFKA_SASL_USERNAME/PASSWORD");
@@ -102,6 +114,8 @@ int main(int argc, char** argv) {
   if (!recovery_ms || *recovery_ms < 10) return bad("--recovery-interval: expected a duration like 1s");
   if (!drain_ms) return bad("--drain-timeout: expected a duration like 20s");
   if (!broker_ms) return bad("--broker-timeout: expected a duration like 15s");
+  const auto imbalance_ms = parse_duration_ms(imbalance_interval);
+  if (!imbalance_ms || *imbalance_ms < 1000) return bad("--imbalance-interval: expected a duration of at least 1s");
   o.lease_ms = *lease_ms;
   o.recovery_interval = std::chrono::milliseconds(*recovery_ms);
   o.drain_timeout = std::chrono::milliseconds(*drain_ms);
@@ -117,25 +131,61 @@ int main(int argc, char** argv) {
   if (Status s = Ledger::open(stores, ledger); !s) return bad(s.message());
   if (Status s = ledger->verify_topology(); !s) return bad(s.message());
 
+  // Metrics and probes start before the broker check, so /livez answers
+  // while the worker waits for Kafka.
+  const auto started = SteadyClock::now();
+  auto registry = std::make_shared<prometheus::Registry>();
+  WorkerProbe probe(*registry);
+  ConsumerProbe consumer_probe(*registry);
+  std::atomic<const Worker*> running{nullptr};
+  std::shared_ptr<StoreCollector> collector;
+  std::unique_ptr<HttpServer> http;
+  if (!metrics_addr.empty()) {
+    StoreCollectorOptions copts;
+    copts.store_urls = stores;
+    copts.imbalance_interval = std::chrono::milliseconds(*imbalance_ms);
+    if (Status s = StoreCollector::open(copts, probe, collector); !s) return bad(s.message());
+    Consumer::set_stats_listener(&consumer_probe);
+    const auto startup_grace = std::chrono::milliseconds(*broker_ms) + kLivenessTimeout;
+    HttpRoutes routes;
+    routes.collectables = {registry, collector};
+    routes.live = [&running, started, startup_grace]() -> HealthCheck {
+      const auto now = SteadyClock::now();
+      const Worker* w = running.load(std::memory_order_acquire);
+      const auto last = w != nullptr ? w->last_loop() : SteadyClock::time_point{};
+      const auto secs = [](SteadyClock::duration d) {
+        return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count()) + "s";
+      };
+      if (last == SteadyClock::time_point{}) {
+        if (now - started <= startup_grace) return {true, "starting"};
+        return {false, "the worker loop has not started after " + secs(now - started)};
+      }
+      if (now - last <= kLivenessTimeout) return {true, "worker loop running"};
+      return {false, "the worker loop has not completed an iteration for " + secs(now - last) +
+                         " (limit " + secs(kLivenessTimeout) + ")"};
+    };
+    routes.ready = [&consumer_probe, collector_ptr = collector.get()]() -> HealthCheck {
+      if (g_stop.load()) return {false, "stopping"};
+      const int assigned = consumer_probe.assigned_partitions();
+      if (assigned < 0) return {false, "waiting for the consumer group (no consumer statistics yet)"};
+      if (assigned == 0) return {false, "no partitions assigned to this worker"};
+      std::string why;
+      if (!collector_ptr->store_reachable(why)) return {false, why};
+      return {true, std::to_string(assigned) + " partition(s) assigned, store reachable"};
+    };
+    if (Status s = HttpServer::start(metrics_addr, std::move(routes), http); !s) {
+      return bad("--metrics-addr: " + s.message());
+    }
+  }
+
   if (Status s = check_brokers(o.brokers, o.kafka_opts, std::chrono::milliseconds(*broker_ms)); !s) {
     std::cerr << "saga-worker: " << s.message() << "\n";
     return 3;
   }
 
-  auto registry = std::make_shared<prometheus::Registry>();
-  WorkerProbe probe(*registry);
-  std::unique_ptr<prometheus::Exposer> exposer;
-  if (!metrics_addr.empty()) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(metrics_addr);
-      exposer->RegisterCollectable(registry);
-    } catch (const std::exception& e) {
-      return bad("--metrics-addr " + metrics_addr + ": cannot listen: " + e.what());
-    }
-  }
-
   std::unique_ptr<Worker> worker;
   if (Status s = Worker::create(o, *ledger, probe, worker); !s) return bad(s.message());
+  running.store(worker.get(), std::memory_order_release);
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -146,6 +196,8 @@ int main(int argc, char** argv) {
   spdlog::info("worker {} started: group {}, {} store(s), batch {}, lease {}ms", o.worker_id, o.group,
                stores.size(), o.batch_size, o.lease_ms);
   Status s = worker->run(g_stop);
+  http.reset();  // no request may see the worker go
+  running.store(nullptr, std::memory_order_release);
   worker.reset();
   if (!s) {
     spdlog::error("stopping on a fatal error: {}", s.message());

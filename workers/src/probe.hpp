@@ -8,9 +8,16 @@
 #include <prometheus/registry.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
 
+#include "consumer.hpp"
 #include "sagapool/saga_engine.hpp"
 
 namespace sagapool {
@@ -36,6 +43,9 @@ class WorkerProbe final : public SagaObserver {
   void on_compensation(Reason reason) override;
   void on_stage(std::string_view stage, std::chrono::nanoseconds elapsed) override;
   void on_store_error(std::string_view op, const Status& error) override;
+  // Counts a failed store call without logging (the caller rate-limits its
+  // own messages). Thread-safe: the scrape path uses it.
+  void count_store_error(std::string_view op);
 
  private:
   static constexpr std::size_t kStates = kTransferStateCount;
@@ -56,6 +66,41 @@ class WorkerProbe final : public SagaObserver {
     prometheus::Histogram* histogram;
   };
   std::vector<StageSlot> stages_;  // fixed at start-up
+  struct StoreErrorSlot {
+    std::string_view op;
+    prometheus::Counter* counter;
+  };
+  std::vector<StoreErrorSlot> store_error_ops_;  // fixed at start-up
+};
+
+// The Kafka consumer's metrics: saga_kafka_consumer_lag{topic,partition},
+// from librdkafka's statistics (Consumer::set_stats_listener). Reports come
+// every statistics.interval.ms; a partition that is no longer assigned loses
+// its series at the next report.
+class ConsumerProbe final : public ConsumerStatsListener {
+ public:
+  explicit ConsumerProbe(prometheus::Registry& registry);
+
+  void on_consumer_stats(std::string_view json) override;
+
+  // Partitions assigned to this member at the last report; -1 before the
+  // first one. Any thread.
+  int assigned_partitions() const noexcept { return assigned_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Slot {
+    std::string topic;
+    std::int32_t partition = -1;
+    prometheus::Gauge* gauge = nullptr;
+    bool seen = false;  // in the report being applied
+  };
+  prometheus::Gauge& slot(std::string_view topic, std::int32_t partition);
+
+  prometheus::Family<prometheus::Gauge>* lag_ = nullptr;
+  std::mutex mu_;            // guards slots_ (reports may come from any thread)
+  std::vector<Slot> slots_;  // one per assigned partition: a handful
+  std::atomic<int> assigned_{-1};
+  bool warned_ = false;      // a malformed report is logged once
 };
 
 }  // namespace sagapool
