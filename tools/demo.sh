@@ -1,31 +1,174 @@
 #!/usr/bin/env bash
 # The demo: a local broker, a SQLite ledger of 1,000 accounts, 200,000
 # generated transfers through 3 workers, a summary and an audit.
-# Usage: tools/demo.sh BIN_DIR [--transfers N] [--workers N] [--keep]
+# With --postgres the ledger is two throwaway PostgreSQL servers, two shards
+# of one ledger (initdb into the demo's folder, free loopback ports), stopped
+# and removed at the end; --shards N picks how many (1..4). Its summary adds
+# the store round trips per batch, from pg_stat_statements.
+# With --prometheus a local Prometheus scrapes the workers, with the alert and
+# recording rules of monitoring/ loaded, until the demo ends. The summary
+# plots throughput, latency and lag over time (gnuplot, PNG).
+# Usage: tools/demo.sh BIN_DIR [--postgres [--shards N]] [--prometheus] [--transfers N] [--workers N] [--keep]
 set -euo pipefail
 BIN=$1; shift
-TRANSFERS=200000 WORKERS=3 ACCOUNTS=1000 KEEP=0
+PROMETHEUS=0 OBS_PIDS=()  # --prometheus; the sampler's and Prometheus' pids
+TRANSFERS=200000 WORKERS=3 ACCOUNTS=1000 KEEP=0 POSTGRES=0 SHARDS=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --transfers) TRANSFERS=$2; shift 2 ;;
     --workers) WORKERS=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    --postgres) echo "demo: --postgres needs the PostgreSQL backend (not built yet)" >&2; exit 2 ;;
+    --prometheus) PROMETHEUS=1; shift ;;
+    --postgres) POSTGRES=1; shift ;;
+    --shards) SHARDS=$2; shift 2 ;;
     *) echo "demo: unknown option $1" >&2; exit 2 ;;
   esac
 done
+case "$SHARDS" in
+  1|2|3|4) ;;
+  *) echo "demo: --shards takes 1 to 4" >&2; exit 2 ;;
+esac
 
 WORK=$(mktemp -d -t sagapool-demo-XXXXXX)
 PIDS=()
+PG_DIRS=()  # data folders of the PostgreSQL servers started (--postgres)
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}" "${OBS_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  if [ "$KEEP" = 1 ]; then echo "demo files kept in $WORK"; else rm -rf "$WORK"; fi
+  for dir in "${PG_DIRS[@]}"; do pg_stop "$dir"; done
+  if [ "$KEEP" = 1 ]; then echo "demo files kept in $WORK"
+  elif [ -d "$WORK/plots" ]; then  # the plots outlive the demo
+    find "$WORK" -mindepth 1 -maxdepth 1 ! -name plots -exec rm -rf {} +
+    echo "plots kept in $WORK/plots"
+  else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 say() { printf '\033[1m%s\033[0m\n' "$*"; }
-STORE="sqlite:$WORK/ledger.db"
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# ---- PostgreSQL (--postgres): throwaway servers in $WORK --------------------
+# The server refuses to run as root: as root it runs as the `postgres` system
+# user (Debian's `postgresql` package creates it), else `nobody`. Trust on its
+# own unix socket, scram-sha-256 over TCP; the password reaches every client
+# (workers, sagactl, psql) through a pgpass file, never a flag or a log line.
+PG_BIN="" PG_USER="" PG_AS=() PG_URL="" PG_STATS=""
+pg_init_tools() {
+  PG_BIN=${SAGA_PG_BIN_DIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5,5n | tail -1)}
+  if [ -z "$PG_BIN" ] || [ ! -x "$PG_BIN/postgres" ]; then
+    echo "demo: PostgreSQL server programs not found under /usr/lib/postgresql/<version>/bin" \
+         "(install Debian's postgresql package, or set SAGA_PG_BIN_DIR)" >&2
+    exit 1
+  fi
+  if [ "$(id -u)" = 0 ]; then
+    PG_USER=postgres
+    id -u postgres >/dev/null 2>&1 || PG_USER=nobody
+    PG_AS=(runuser -u "$PG_USER" --)
+    chmod 711 "$WORK"  # the server's user must reach its folder inside
+  fi
+  # pg_stat_statements (in Debian's server package) counts the statements,
+  # and so the round trips, of every stage.
+  [ -f "$(dirname "$PG_BIN")/lib/pg_stat_statements.so" ] && PG_STATS="-c shared_preload_libraries=pg_stat_statements"
+  export PGPASSFILE="$WORK/pgpass"
+  : >"$PGPASSFILE"
+  chmod 600 "$PGPASSFILE"
+}
+pg_as() { (cd / && "${PG_AS[@]}" "$@"); }
+pg_stop() {  # pg_stop DIR: fast shutdown, immediate if that hangs
+  [ -f "$1/data/postmaster.pid" ] || return 0
+  pg_as "$PG_BIN/pg_ctl" -D "$1/data" -m fast -t 20 -s stop >/dev/null 2>&1 ||
+    pg_as "$PG_BIN/pg_ctl" -D "$1/data" -m immediate -t 10 -s stop >/dev/null 2>&1 || true
+}
+# pg_start NAME: initdb and start a server in $WORK/NAME on a free loopback
+# port and create database `sagapool`; sets PG_URL (no password in it).
+pg_start() {
+  local dir="$WORK/$1" password port attempt
+  mkdir -p "$dir/data" "$dir/socket"
+  chmod 700 "$dir/data" "$dir/socket"
+  password=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  (umask 077; echo "$password" >"$dir/pwfile")
+  [ -n "$PG_USER" ] && chown -R "$PG_USER:" "$dir"
+  if ! pg_as "$PG_BIN/initdb" -D "$dir/data" -U saga --pwfile="$dir/pwfile" --auth-local=trust \
+       --auth-host=scram-sha-256 -E UTF8 --locale=C --no-sync >"$dir/initdb.log" 2>&1; then
+    echo "demo: initdb failed:" >&2; tail -20 "$dir/initdb.log" >&2; exit 1
+  fi
+  rm -f "$dir/pwfile"
+  PG_DIRS+=("$dir")
+  # A port free a moment ago can be taken when the server binds it: try a few.
+  for attempt in 1 2 3 4 5; do
+    port=$((20000 + RANDOM % 30000))
+    port_free "$port" || continue
+    # fsync off: a throwaway server (a killed server still keeps every commit;
+    # only a machine crash could lose them).
+    if pg_as "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -s start \
+         -o "-h 127.0.0.1 -p $port -k $dir/socket -c fsync=off -c full_page_writes=off -c max_connections=60 -c shared_buffers=128MB $PG_STATS" \
+         >>"$dir/pg_ctl.log" 2>&1; then
+      echo "127.0.0.1:$port:*:saga:$password" >>"$PGPASSFILE"
+      PG_URL="postgresql://saga@127.0.0.1:$port/sagapool"
+      if ! "$PG_BIN/createdb" -h 127.0.0.1 -p "$port" -U saga sagapool >>"$dir/pg_ctl.log" 2>&1 ||
+         { [ -n "$PG_STATS" ] && ! "$PG_BIN/psql" -XqAt -d "$PG_URL" -c "CREATE EXTENSION pg_stat_statements" \
+             >>"$dir/pg_ctl.log" 2>&1; }; then
+        echo "demo: creating the database failed:" >&2; tail -5 "$dir/pg_ctl.log" >&2; exit 1
+      fi
+      return 0
+    fi
+  done
+  echo "demo: the PostgreSQL server in $dir did not start:" >&2
+  tail -20 "$dir/server.log" "$dir/pg_ctl.log" >&2 2>/dev/null || true
+  exit 1
+}
+
+# Statements the workers ran on each shard (each one round trip, one
+# transaction), per batch of requests, by stage.
+pg_round_trips() {
+  local batches requests n line total=0 lines=()
+  batches=$(metric_sum saga_batch_size_count)
+  requests=$(metric_sum saga_batch_size_sum)
+  [ "${batches:-0}" -gt 0 ] || return 0
+  for n in $(seq "$SHARDS"); do
+    line=$("$PG_BIN/psql" -XqAt -F' ' -d "${PG_URLS[$((n - 1))]}" -c "
+      WITH ops(ord, op, pattern) AS (VALUES (1, 'insert', 'SELECT r FROM saga_insert_transfers(%'),
+        (2, 'transition', 'SELECT r FROM saga_transition(%'),
+        (3, 'plan', 'SELECT % FROM saga_accounts WHERE id = ANY (%'),
+        (4, 'legs', 'SELECT % FROM saga_apply_legs(%'),
+        (5, 'notified', 'UPDATE saga_transfers SET notified%')),
+      calls AS (SELECT ord, op, sum(s.calls) AS n FROM ops JOIN pg_stat_statements s
+        ON s.query LIKE ops.pattern
+        AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+        GROUP BY ord, op)
+      SELECT to_char(sum(n) / $batches, 'FM99990.00'), string_agg(op || ' ' ||
+        to_char(n / $batches, 'FM99990.00'), ', ' ORDER BY ord) FROM calls")
+    [ -n "$line" ] || line="0 -"
+    total=$(awk -v a="$total" -v b="${line%% *}" 'BEGIN {printf "%.2f", a + b}')
+    lines+=("      shard $n: ${line%% *} (${line#* })")
+  done
+  echo "    store round trips:   $total per batch of requests ($batches batches of $((requests / batches)) on average; one statement and one transaction each)"
+  printf '%s\n' "${lines[@]}"
+  echo "      recovery polls:  $(SQL "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE 'SELECT % FROM saga_claim_expired(%'") claim_expired calls in all (each worker, every recovery interval)"
+}
+
+STORES=()  # the --store flags, in `sagactl init` order
+if [ "$POSTGRES" = 1 ]; then
+  trap 'exit 130' INT  # so the EXIT trap stops the servers on ^C and kill too
+  trap 'exit 143' TERM
+  say "0/6 starting $SHARDS throwaway PostgreSQL server(s), one per shard of the ledger"
+  pg_init_tools
+  PG_URLS=()
+  for n in $(seq "$SHARDS"); do
+    pg_start "pg-$n"
+    PG_URLS+=("$PG_URL")
+    STORES+=(--store "$PG_URL")
+    echo "    shard $n: $PG_URL ($("$PG_BIN/postgres" --version))"
+  done
+  # The summary's queries, on the first store (it holds the transfer documents).
+  SQL() { "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 -d "${PG_URLS[0]}" -c "$1"; }
+  T=saga_transfers REQUESTED=requested_at_ms FINISHED_AT=finished_at_ms
+  NO_REASON="reason IS NULL" UNNOTIFIED="NOT notified"
+else
+  STORES+=(--store "sqlite:$WORK/ledger.db")
+  SQL() { sqlite3 "$WORK/ledger.db" "$1"; }
+  T=transfers REQUESTED=requested_at FINISHED_AT=finished_at
+  NO_REASON="reason = 'none'" UNNOTIFIED="notified = 0"
+fi
 PORTS=()  # metrics ports, from 9464 up, skipping busy ones
 port=9464
 while [ ${#PORTS[@]} -lt "$WORKERS" ]; do
@@ -50,13 +193,18 @@ BROKERS=$(cat "$WORK/bootstrap")
 echo "    brokers: $BROKERS"
 
 say "2/6 creating the ledger: $ACCOUNTS accounts of 10,000,000 each"
-"$BIN/sagactl" --store "$STORE" init >/dev/null
+"$BIN/sagactl" "${STORES[@]}" init >/dev/null
 { echo "id,balance"; for i in $(seq 0 $((ACCOUNTS - 1))); do echo "acct-$i,10000000"; done; } >"$WORK/accounts.csv"
-"$BIN/sagactl" --store "$STORE" accounts import "$WORK/accounts.csv"
+"$BIN/sagactl" "${STORES[@]}" accounts import "$WORK/accounts.csv"
+if [ "$POSTGRES" = 1 ]; then
+  for n in $(seq "$SHARDS"); do
+    echo "    shard $n holds $("$PG_BIN/psql" -XqAt -d "${PG_URLS[$((n - 1))]}" -c "SELECT count(*) FROM saga_accounts") accounts"
+  done
+fi
 
 say "3/6 starting $WORKERS saga-worker processes (group demo)"
 for i in $(seq 0 $((WORKERS - 1))); do
-  "$BIN/saga-worker" --brokers "$BROKERS" --group demo --store "$STORE" --worker-id "worker-$i" \
+  "$BIN/saga-worker" --brokers "$BROKERS" --group demo "${STORES[@]}" --worker-id "worker-$i" \
     --metrics-addr "127.0.0.1:${PORTS[$i]}" --lease 10s >"$WORK/worker-$i.log" 2>&1 &
   PIDS+=($!)
 done
@@ -69,6 +217,59 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 sleep 1
+
+# ---- observability (--prometheus, plots) ------------------------------------
+OBS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PROM_URL=""
+if [ "$PROMETHEUS" = 1 ]; then
+  command -v prometheus >/dev/null || { echo "demo: --prometheus needs Debian's prometheus package" >&2; exit 1; }
+  PROM_PORT=9090
+  until port_free "$PROM_PORT"; do PROM_PORT=$((PROM_PORT + 1)); done
+  mkdir -p "$WORK/prometheus/rules"
+  cp "$OBS_ROOT"/monitoring/rules/*.yml "$WORK/prometheus/rules/"
+  # monitoring/prometheus.yml with this demo's worker ports and its own port.
+  targets=""
+  for p in "${PORTS[@]}"; do targets+="          - 127.0.0.1:$p"$'\n'; done
+  awk -v targets="$targets" -v self="127.0.0.1:$PROM_PORT" '
+    /^ *- 127\.0\.0\.1:94[0-9][0-9] *$/ { if (!done) printf "%s", targets; done = 1; next }
+    { sub(/127\.0\.0\.1:9090/, self); print }' \
+    "$OBS_ROOT/monitoring/prometheus.yml" >"$WORK/prometheus/prometheus.yml"
+  prometheus --config.file="$WORK/prometheus/prometheus.yml" --storage.tsdb.path="$WORK/prometheus/data" \
+    --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >"$WORK/prometheus.log" 2>&1 &
+  OBS_PIDS+=($!)
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null 2>&1 && break; sleep 0.2; done
+  curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null 2>&1 ||
+    { echo "demo: Prometheus did not start:" >&2; tail -20 "$WORK/prometheus.log" >&2; exit 1; }
+  PROM_URL="http://127.0.0.1:$PROM_PORT"
+  echo "    Prometheus: $PROM_URL (alerts: $PROM_URL/alerts, rules from monitoring/rules; up until the demo ends)"
+fi
+# Every 0.5 s, the workers' /metrics summed: time, finished transfers,
+# transfer-duration count and sum, consumer lag, then the duration
+# histogram's cumulative buckets as le:count.
+sample_metrics() {
+  local now
+  now=$(date +%s.%N)
+  for p in "${PORTS[@]}"; do curl -sf --max-time 2 "http://127.0.0.1:$p/metrics" 2>/dev/null || true; done |
+    awk -v t="$now" '
+      /^saga_transfers_finished_total[{ ]/ { fin += $2 }
+      /^saga_transfer_duration_seconds_count[{ ]/ { cnt += $2 }
+      /^saga_transfer_duration_seconds_sum[{ ]/ { sum += $2 }
+      /^saga_kafka_consumer_lag[{ ]/ { lag += $2 }
+      /^saga_transfer_duration_seconds_bucket[{]/ {
+        match($1, /le="[^"]*"/); le = substr($1, RSTART + 4, RLENGTH - 5)
+        if (!(le in b)) order[n++] = le
+        b[le] += $2
+      }
+      END {
+        printf "%s %d %d %.6f %d", t, fin, cnt, sum, lag
+        for (i = 0; i < n; i++) printf " %s:%d", order[i], b[order[i]]
+        print ""
+      }'
+}
+( while :; do sample_metrics; sleep 0.5; done ) >"$WORK/metrics.samples" 2>/dev/null &
+OBS_PIDS+=($!)
+SAMPLER_PID=$!
+
 say "4/6 publishing $TRANSFERS generated transfers (2% invalid, some overdrawing or to unknown accounts)"
 START=$(date +%s.%N)
 "$BIN/saga-producer" --brokers "$BROKERS" --generate "$TRANSFERS" --accounts "$ACCOUNTS" --seed 42 \
@@ -79,8 +280,8 @@ VALID=$((TRANSFERS - ${INVALID:-0}))
 say "5/6 waiting for every request to reach an outcome"
 DEADLINE=$(( $(date +%s) + 150 ))
 while :; do
-  seen=$(sqlite3 "$WORK/ledger.db" "SELECT count(*) FROM transfers" 2>/dev/null || echo 0)
-  open=$(sqlite3 "$WORK/ledger.db" "SELECT count(*) FROM transfers WHERE state NOT IN ('done','canceled') OR notified = 0" 2>/dev/null || echo "?")
+  seen=$(SQL "SELECT count(*) FROM $T" 2>/dev/null || echo 0)
+  open=$(SQL "SELECT count(*) FROM $T WHERE state NOT IN ('done','canceled') OR $UNNOTIFIED" 2>/dev/null || echo "?")
   line="    valid requests ingested: $seen / $VALID, not yet finished and published: $open"
   if [ -t 1 ]; then printf '\r%s   ' "$line"; elif [ $((SECONDS % 3)) = 0 ]; then echo "$line"; fi
   if [ "$seen" -ge "$VALID" ] && [ "$open" = 0 ]; then break; fi
@@ -92,22 +293,94 @@ END=$(date +%s.%N)
 
 say "6/6 summary"
 DEAD=$(metric_sum saga_dead_letters_total)
-SQL() { sqlite3 "$WORK/ledger.db" "$1"; }
-FINISHED=$(SQL "SELECT count(*) FROM transfers")
-SPAN_MS=$(SQL "SELECT max(finished_at) - min(requested_at) FROM transfers")
-pct() { SQL "SELECT finished_at - requested_at AS ms FROM transfers ORDER BY ms LIMIT 1 OFFSET $((FINISHED * $1 / 100))"; }
+FINISHED=$(SQL "SELECT count(*) FROM $T")
+SPAN_MS=$(SQL "SELECT max($FINISHED_AT) - min($REQUESTED) FROM $T")
+pct() { SQL "SELECT $FINISHED_AT - $REQUESTED AS ms FROM $T ORDER BY ms LIMIT 1 OFFSET $((FINISHED * $1 / 100))"; }
 echo "    transfers finished:  $FINISHED"
 echo "    end-to-end rate:     $((FINISHED * 1000 / (SPAN_MS > 0 ? SPAN_MS : 1))) transfers/s (first request timestamp to last outcome)"
 echo "    latency p50 / p99:   $(pct 50) ms / $(pct 99) ms (request timestamp to terminal state)"
-SQL "SELECT '    outcome ' || state || (CASE WHEN reason = 'none' THEN '' ELSE ' (' || reason || ')' END) || ': ' || count(*)
-     FROM transfers GROUP BY state, reason ORDER BY count(*) DESC"
+SQL "SELECT '    outcome ' || state || (CASE WHEN $NO_REASON THEN '' ELSE ' (' || reason || ')' END) || ': ' || count(*)
+     FROM $T GROUP BY state, reason ORDER BY count(*) DESC"
 echo "    dead letters:        $DEAD (invalid or conflicting requests, on transfers.dlq)"
 awk -v a="$START" -v b="$END" 'BEGIN {printf "    wall time:           %.1f s from first publish to last outcome\n", b - a}'
+[ "$POSTGRES" = 1 ] && [ -n "$PG_STATS" ] && pg_round_trips
+# ---- plots: throughput, latency and lag over time, from the samples ---------
+kill "$SAMPLER_PID" 2>/dev/null || true
+wait "$SAMPLER_PID" 2>/dev/null || true
+mkdir -p "$WORK/plots"
+# Per interval between two samples: finished/s, mean, p50 and p99 latency in
+# ms (interpolated in the histogram buckets, like histogram_quantile), lag.
+awk -v start="$START" '
+  function q(p,   target, i, lo, prev, c) {
+    target = p * dcnt; prev = 0; lo = 0
+    for (i = 0; i < nb; i++) {
+      c = cur[i] - last[i]
+      if (c >= target) {
+        if (le[i] == "+Inf") return lo * 1000
+        return (lo + (le[i] - lo) * (c > prev ? (target - prev) / (c - prev) : 1)) * 1000
+      }
+      prev = c; lo = le[i]
+    }
+    return lo * 1000
+  }
+  {
+    nb = 0
+    for (i = 6; i <= NF; i++) { split($i, kv, ":"); le[nb] = kv[1]; cur[nb] = kv[2]; nb++ }
+    if (NR > 1 && $1 > t) {
+      dt = $1 - t; dfin = $2 - fin; dcnt = $3 - cnt; dsum = $4 - sum
+      if (dfin < 0) dfin = 0
+      if (dcnt > 0) printf "%.2f %.1f %.2f %.2f %.2f %d\n", $1 - start, dfin / dt, dsum / dcnt * 1000, q(0.5), q(0.99), $5
+      else printf "%.2f %.1f NaN NaN NaN %d\n", $1 - start, dfin / dt, $5
+    }
+    t = $1; fin = $2; cnt = $3; sum = $4
+    for (i = 0; i < nb; i++) last[i] = cur[i]
+  }' "$WORK/metrics.samples" >"$WORK/plots/timeline.dat"
+PLOT="$WORK/plots/throughput-latency.png"
+if ! command -v gnuplot >/dev/null; then
+  echo "    plots:               skipped (gnuplot not installed; Debian package gnuplot-nox)"
+elif [ ! -s "$WORK/plots/timeline.dat" ]; then
+  echo "    plots:               skipped (no metrics were sampled)"
+elif gnuplot <<GNUPLOT 2>"$WORK/plots/gnuplot.log"; then
+set terminal pngcairo size 1100,900 font ",10"
+set output "$PLOT"
+set multiplot layout 3,1 title "sagapool demo: $TRANSFERS transfers, $WORKERS workers (from the workers' /metrics, every 0.5 s)"
+set grid
+set key top right
+set xrange [0:*]
+set ylabel "transfers/s"
+plot "$WORK/plots/timeline.dat" using 1:2 with lines lw 2 title "finished"
+set ylabel "latency (ms)"
+set logscale y
+plot "$WORK/plots/timeline.dat" using 1:5 with lines lw 2 title "p99", "" using 1:4 with lines lw 2 title "p50", \
+     "" using 1:3 with lines title "mean"
+unset logscale y
+set ylabel "messages"
+set xlabel "seconds since the first publish"
+plot "$WORK/plots/timeline.dat" using 1:6 with lines lw 2 title "consumer lag"
+unset multiplot
+GNUPLOT
+  echo "    plots:               $PLOT"
+  echo "                         (finished transfers/s; end-to-end latency: mean, p50/p99 estimated from"
+  echo "                         the histogram buckets; consumer lag; over time)"
+else
+  echo "    plots:               gnuplot failed: $(tail -1 "$WORK/plots/gnuplot.log")"
+fi
+if [ -n "$PROM_URL" ]; then
+  alerts=$(curl -sf "$PROM_URL/api/v1/alerts" | python3 -c 'import json, sys
+a = json.load(sys.stdin)["data"]["alerts"]
+print(", ".join(sorted(x["labels"]["alertname"] + " (" + x["state"] + ")" for x in a)) or "none")' 2>/dev/null) ||
+    alerts="? (no answer)"
+  echo "    Prometheus alerts:   $alerts, at $PROM_URL/alerts"
+fi
 echo
 say "audit"
-"$BIN/sagactl" --store "$STORE" audit | sed 's/^/    /'
+"$BIN/sagactl" "${STORES[@]}" audit | sed 's/^/    /'
 
 for pid in "${PIDS[@]:1}"; do kill -TERM "$pid" 2>/dev/null || true; done
 for pid in "${PIDS[@]:1}"; do wait "$pid" || { echo "demo: a worker did not exit cleanly" >&2; exit 1; }; done
 PIDS=("${PIDS[0]}")
 say "demo finished: workers drained and exited 0"
+if [ -n "$PROM_URL" ] && [ -t 0 ] && [ -t 1 ]; then
+  say "Prometheus is still up at $PROM_URL; press Enter to stop it and end the demo"
+  read -r _ || true
+fi
