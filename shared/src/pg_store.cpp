@@ -16,6 +16,8 @@
 #include <bitset>
 #include <chrono>
 #include <limits>
+#include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "pg_schema.hpp"
@@ -34,6 +36,9 @@ using Clock = std::chrono::steady_clock;
 // doubling up to 5 s between attempts while the server stays unreachable.
 constexpr std::chrono::milliseconds kBackoffFirst{50};
 constexpr std::chrono::milliseconds kBackoffMax{5000};
+// How long opening a store waits for an unreachable server unless the URL
+// sets connect_timeout (the per-attempt default connect() gives libpq too).
+constexpr std::chrono::seconds kOpenWaitDefault{10};
 // The most records one batch call takes: bounds the size of one statement
 // (at most ~45 MiB of parameters with 4 KiB of metadata per transfer) and
 // the time one transaction holds its locks.
@@ -130,7 +135,29 @@ class PgStore final : public Store {
 
   const std::string& display_name() const noexcept override { return display_; }
 
-  Status open() { return connect(); }
+  // At start-up a server that is down or restarting is retried with the
+  // same capped backoff as a lost connection, for up to the URL's
+  // connect_timeout (10 s unless given; 0 = no bound); a URL, password or
+  // database that is wrong fails at once.
+  Status open() {
+    const std::optional<Clock::time_point> deadline = open_deadline();
+    for (int attempt = 1;; ++attempt) {
+      Status s = connect();
+      if (s || s.kind() == ErrorKind::fatal) return s;
+      auto wait = backoff_;
+      if (deadline) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
+        if (left.count() <= 0) {
+          return Status::retry_stage(s.message() + " (gave up after " + std::to_string(attempt) +
+                                     " attempts; the URL's connect_timeout bounds the wait)");
+        }
+        wait = std::min(wait, left);
+      }
+      spdlog::warn("{}; retrying in {} ms (attempt {})", s.message(), wait.count(), attempt);
+      std::this_thread::sleep_for(wait);
+    }
+  }
 
   // ---- schema and topology ------------------------------------------------
 
@@ -638,6 +665,17 @@ class PgStore final : public Store {
     prepared_.reset();
     backoff_ = std::chrono::milliseconds(0);
     return Status::ok();
+  }
+
+  // The start-up wait: connect_timeout seconds from now (libpq's own
+  // minimum of 2 applies), nullopt for 0 or less (libpq: wait indefinitely).
+  std::optional<Clock::time_point> open_deadline() const {
+    std::int64_t seconds = kOpenWaitDefault.count();
+    if (const std::optional<std::string> v = pg::conninfo_value(conninfo_, "connect_timeout")) {
+      if (!pg::parse_int(*v, seconds)) seconds = kOpenWaitDefault.count();
+    }
+    if (seconds <= 0) return std::nullopt;
+    return Clock::now() + std::chrono::seconds(std::max<std::int64_t>(seconds, 2));
   }
 
   // Wrong credentials or a missing database do not heal by retrying. libpq

@@ -55,6 +55,17 @@ std::optional<std::string> redacted_display_name(const std::string& conninfo) {
   return out;
 }
 
+std::optional<std::string> conninfo_value(const std::string& conninfo, std::string_view key) {
+  char* err = nullptr;
+  OptionsPtr opts(PQconninfoParse(conninfo.c_str(), &err));
+  PQfreemem(err);  // not shown: it may quote a password
+  if (!opts) return std::nullopt;
+  for (const PQconninfoOption* o = opts.get(); o->keyword != nullptr; ++o) {
+    if (key == o->keyword && has_value(*o)) return std::string(o->val);
+  }
+  return std::nullopt;
+}
+
 void ArrayLiteral::separator() {
   if (!first_) out_.push_back(',');
   first_ = false;
@@ -100,7 +111,11 @@ bool parse_int(std::string_view text, std::int64_t& out) { return parse_integer(
 bool parse_int(std::string_view text, std::int32_t& out) { return parse_integer(text, out); }
 
 Failure classify(std::string_view sqlstate, bool connection_bad, bool unique_means_applied) {
-  if (sqlstate.empty()) return connection_bad ? Failure::connection : Failure::fatal;
+  // The server gives every error a SQLSTATE: without one, libpq failed on
+  // its side, nearly always the socket (a read can fail with EPIPE and leave
+  // the connection marked OK, as an immediate shutdown shows) or the
+  // protocol's sync. A fresh connection is the cure either way.
+  if (sqlstate.empty()) return Failure::connection;
   if (sqlstate.starts_with("08") || sqlstate == "57P01" || sqlstate == "57P02" ||
       sqlstate == "57P03" || sqlstate == "53300") {
     return Failure::connection;

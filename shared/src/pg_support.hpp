@@ -33,6 +33,10 @@ using ResultPtr = std::unique_ptr<PGresult, ResultClearer>;
 // part of a password).
 std::optional<std::string> redacted_display_name(const std::string& conninfo);
 
+// The value of one option of a connection string (URI or key=value), or
+// nullopt when it is absent or the string does not parse.
+std::optional<std::string> conninfo_value(const std::string& conninfo, std::string_view key);
+
 // ---- parameters ------------------------------------------------------------
 
 // Parameters of one statement, all sent in text format. Values are owned so a
@@ -95,15 +99,15 @@ bool parse_int(std::string_view text, std::int32_t& out);
 
 // What a failed statement means, decided from its SQLSTATE in one place.
 enum class Failure : std::uint8_t {
-  connection,       // 08*, 57P01..57P03, 53300, or a dead socket: reconnect
+  connection,       // 08*, 57P01..57P03, 53300, a dead socket, no SQLSTATE: reconnect
   retry_call,       // 40001 serialization failure, 40P01 deadlock, 55P03 lock timeout, 57014
   retry_stage,      // the server is short of resources (53*): leave it to recovery
   already_applied,  // 23505 on a write whose caller says duplicates mean "done"
   fatal,            // anything else: a bug, a schema mismatch, corrupted data
 };
 
-// `sqlstate` is empty when libpq failed before the server answered (then
-// `connection_bad` tells whether the socket is gone).
+// `sqlstate` is empty when libpq itself failed (socket, protocol): always a
+// reconnect. `connection_bad` says whether libpq saw the socket go.
 Failure classify(std::string_view sqlstate, bool connection_bad, bool unique_means_applied);
 
 // The server's primary message and SQLSTATE, for a Status message.

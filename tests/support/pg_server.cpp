@@ -139,7 +139,9 @@ class PgServer::Child {
   std::optional<int> exit_code_;
 };
 
-PgServer::PgServer() {
+PgServer::PgServer() : PgServer(std::vector<std::string>{}) {}
+
+PgServer::PgServer(std::vector<std::string> settings) : settings_(std::move(settings)) {
   const auto bin = find_pg_bin_dir();
   if (!bin) {
     throw std::runtime_error(
@@ -214,13 +216,15 @@ void PgServer::launch() {
   // crashes; a killed server (immediate stop, SIGKILL) still keeps every
   // committed transaction, which fault tests rely on. So commits stay
   // synchronous (synchronous_commit=off would lose the last ones).
-  server_ = std::make_unique<Child>(
-      std::vector<std::string>{(bin_dir_ / "postgres").string(), "-D", data_dir_.string(), "-h",
-                               "127.0.0.1", "-p", std::to_string(port_), "-k", socket_dir_.string(),
-                               "-c", "fsync=off", "-c", "full_page_writes=off", "-c",
-                               "max_connections=60", "-c", "shared_buffers=32MB", "-c",
-                               "logging_collector=off"},
-      log_file_, dir_.path(), run_uid_, run_gid_);
+  std::vector<std::string> argv = {(bin_dir_ / "postgres").string(), "-D", data_dir_.string(),
+                                   "-h", "127.0.0.1", "-p", std::to_string(port_),
+                                   "-k", socket_dir_.string()};
+  for (const char* setting : {"fsync=off", "full_page_writes=off", "max_connections=60",
+                              "shared_buffers=32MB", "logging_collector=off"}) {
+    argv.insert(argv.end(), {"-c", setting});
+  }
+  for (const std::string& setting : settings_) argv.insert(argv.end(), {"-c", setting});
+  server_ = std::make_unique<Child>(argv, log_file_, dir_.path(), run_uid_, run_gid_);
 }
 
 void PgServer::start() {

@@ -36,8 +36,10 @@ class PgServer {
   enum class StopMode { smart, fast, immediate };
 
   // initdb and start; throws std::runtime_error (with the server log's tail)
-  // when either fails.
+  // when either fails. `settings` are extra `name=value` server settings
+  // (passed as -c), e.g. shared_preload_libraries=pg_stat_statements.
   PgServer();
+  explicit PgServer(std::vector<std::string> settings);
   ~PgServer();
   PgServer(const PgServer&) = delete;
   PgServer& operator=(const PgServer&) = delete;
@@ -78,6 +80,7 @@ class PgServer {
   std::string user_ = "saga";
   std::string password_;
   int port_ = 0;
+  std::vector<std::string> settings_;
   std::optional<uid_t> run_uid_;
   std::optional<gid_t> run_gid_;
   std::unique_ptr<Child> server_;

@@ -119,6 +119,7 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
       if (Status s = dead_letter(entry, std::move(batch_[i]), Reason::invalid, error_code(e),
                                  error_message(e));
           !s) {
+        entry.offsets.reset();  // not written: consumed again (see below)
         return s;
       }
       continue;
@@ -139,10 +140,14 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
     Status s = write_batch();
     if (s) break;
     probe_.on_store_error("ingest", s);
-    if (s.kind() == ErrorKind::fatal) return s;
-    if (stop.load(std::memory_order_relaxed)) {
-      offsets_.pop_back();  // nothing of this batch is stored
-      return Status::ok();
+    if (s.kind() == ErrorKind::fatal || stop.load(std::memory_order_relaxed)) {
+      // The batch is not known to be written, so its offsets must not be
+      // stored (the drain would commit them and the requests would be
+      // lost): it is consumed again, and what was written is found as
+      // duplicates. The entry stays until the delivery reports of its dead
+      // letters, which point at it, have arrived.
+      entry.offsets.reset();
+      return s.kind() == ErrorKind::fatal ? s : Status::ok();
     }
     std::this_thread::sleep_for(backoff(attempt));
   }
@@ -277,6 +282,10 @@ Status Worker::produce_dead_letter(PendingOffsets& entry, std::size_t k) {
 Status Worker::store_ready_offsets() {
   while (!offsets_.empty() && offsets_.front().outstanding == 0) {
     PendingOffsets& front = offsets_.front();
+    if (!front.offsets) {  // a batch given up unwritten (ingest_batch)
+      offsets_.pop_front();
+      continue;
+    }
     if (front.failed) {
       spdlog::warn("dead-letter delivery failed; sending {} dead letter(s) again", front.dead.size());
       front.failed = false;
