@@ -33,7 +33,12 @@ Worker::Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe)
       probe_(probe),
       engine_(ledger, {options.worker_id, options.lease_ms, 5}, &probe) {}
 
-Worker::~Worker() = default;
+// The producer goes first: closing it serves the last delivery reports,
+// which still reach offsets_ and the notified buffer.
+Worker::~Worker() {
+  producer_.reset();
+  consumer_.reset();
+}
 
 Status Worker::create(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe,
                       std::unique_ptr<Worker>& out) {

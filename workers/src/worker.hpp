@@ -44,7 +44,6 @@ class Worker final : private DeliveryHandler {
   // errors (the process should exit non-zero).
   Status run(const std::atomic<bool>& stop);
 
-  bool ready() const noexcept { return consumer_ && consumer_->assigned_partitions() > 0; }
   std::chrono::steady_clock::time_point last_loop() const noexcept {
     return std::chrono::steady_clock::time_point(
         std::chrono::steady_clock::duration(last_loop_.load(std::memory_order_relaxed)));
