@@ -251,7 +251,8 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
   for (auto& [id, a] : accounts_) {
     a.write_balance = a.balance;
     a.sequential_balance = a.balance;
-    a.blocked = false;
+    a.blocked = a.no_debits = a.no_credits = false;
+    a.credited = a.reversed = 0;
   }
   for (std::size_t i : pending_) {
     const SagaItem& it = items[i];
@@ -261,7 +262,7 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
       deferred_.push_back(i);
       src.blocked = dst.blocked = true;
     };
-    if (src.blocked || dst.blocked) {
+    if (src.blocked || dst.blocked || src.no_debits || dst.no_credits) {
       defer();
       continue;
     }
@@ -281,19 +282,42 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
       defer();
       continue;
     }
+    if (!seq_ok) {  // insufficient funds either way
+      wave_.push_back(i);
+      continue;
+    }
+    // In the wave, credits land after all debits and reversals after all
+    // credits. Near INT64_MAX that order can change an outcome: a credit
+    // refused for overflow one by one could fit after a later debit, and a
+    // reversal could overflow after the wave's credits. Such a transfer waits
+    // for a wave it starts; once planned, it pins the balance it relies on.
+    constexpr WideAmount kMax = INT64_MAX;
+    const std::string& currency = it.currency.empty() ? src.currency : it.currency;
+    const bool credit_accepted = dst.exists && !dst.locked &&
+                                 (currency.empty() || dst.currency.empty() || currency == dst.currency);
+    const bool credit_fits = static_cast<WideAmount>(dst.sequential_balance) + it.amount <= kMax;
+    if (credit_accepted && !credit_fits &&
+        static_cast<WideAmount>(dst.write_balance) + dst.credited + it.amount <= kMax) {
+      defer();
+      continue;
+    }
+    const bool credit_ok = credit_accepted && credit_fits;
+    if (!credit_ok &&
+        static_cast<WideAmount>(write_next) + src.credited + src.reversed + it.amount > kMax) {
+      defer();
+      continue;
+    }
     wave_.push_back(i);
-    if (!seq_ok) continue;  // insufficient funds either way
     src.write_balance = write_next;
     src.sequential_balance = seq_next;
-    const std::string& currency = it.currency.empty() ? src.currency : it.currency;
-    std::int64_t credited = 0;
-    const bool credit_ok = dst.exists && !dst.locked &&
-                           (currency.empty() || dst.currency.empty() || currency == dst.currency) &&
-                           !__builtin_add_overflow(dst.sequential_balance, it.amount, &credited);
     if (credit_ok) {
-      dst.sequential_balance = credited;  // lands after this wave's debits
+      dst.sequential_balance += it.amount;  // lands after this wave's debits
+      dst.credited += it.amount;
     } else {
       src.sequential_balance += it.amount;  // one by one, reversed at once
+      src.reversed += it.amount;
+      src.no_credits = true;
+      if (credit_accepted) dst.no_debits = true;
     }
   }
 }

@@ -2,7 +2,7 @@
 //
 //   saga-sim --seeds N [--first-seed S] [--jobs J]   seeds S .. S+N-1 (S = 1)
 //   saga-sim --seed N [--trace]                       one seed, optionally every event
-//   --int64-edges: also debit accounts whose balance is near INT64_MAX (a
+//   --int64-edges: also debit accounts whose balance is near INT64_MAX (still
 //   known failure, docs/RELIABILITY.md)
 //
 // A failing seed prints what broke and the command that replays it; the
@@ -34,7 +34,7 @@ int usage(const char* argv0, const std::string& error) {
   if (!error.empty()) std::cerr << "saga-sim: " << error << "\n";
   std::cerr << "usage: " << argv0 << " --seeds N [--first-seed S] [--jobs J]\n"
             << "       " << argv0 << " --seed N [--trace]\n"
-            << "       --int64-edges: also debit balances near INT64_MAX (known to fail)\n";
+            << "       --int64-edges: also debit balances near INT64_MAX (some seeds still fail)\n";
   return 2;
 }
 

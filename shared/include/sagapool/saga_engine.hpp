@@ -89,14 +89,20 @@ class SagaEngine {
  private:
   struct ShardBatch;
   // What the planner knows of an account during one batch.
+  // Sums of a wave's amounts may pass INT64_MAX; the planner compares them.
+  __extension__ typedef __int128 WideAmount;
   struct AccountSnap {
     bool exists = false;
     bool locked = false;
-    bool blocked = false;  // touched by a deferred transfer in this wave
+    bool blocked = false;     // touched by a deferred transfer in this wave
+    bool no_debits = false;   // a refused-for-overflow credit counts on its balance
+    bool no_credits = false;  // a reversal lands after the wave's credits
     std::int64_t balance = 0;
     std::int64_t min_balance = 0;
     std::int64_t write_balance = 0;       // as the wave's debits will see it
     std::int64_t sequential_balance = 0;  // as one-by-one processing would
+    WideAmount credited = 0;               // the wave's credits planned so far
+    WideAmount reversed = 0;               // the wave's reversals planned so far
     std::string currency;
   };
   Status run_rounds(std::vector<SagaItem>& items);
