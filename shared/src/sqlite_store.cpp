@@ -9,12 +9,20 @@
 
 #include <chrono>
 #include <thread>
+#include <unordered_map>
 
 #include "sagapool/sqlite_store.hpp"
 #include "sqlite_util.hpp"
 
 namespace sagapool {
 namespace {
+
+// Unfinished work: not terminal, or its outcome not yet published. Spelled
+// with comparisons, not IN: an IN list in an index predicate opens a
+// temporary b-tree on every write of a transfer row. Queries repeat it
+// verbatim so the planner can use the partial index.
+#define SAGA_OPEN_TRANSFER "((state <> 'done' AND state <> 'canceled') OR notified = 0)"
+#define SAGA_NOT_TERMINAL "state <> 'done' AND state <> 'canceled'"
 
 constexpr const char* kSchema[] = {
     R"(CREATE TABLE IF NOT EXISTS meta (
@@ -31,8 +39,8 @@ constexpr const char* kSchema[] = {
          origin_topic TEXT NOT NULL, origin_partition INTEGER NOT NULL,
          origin_offset INTEGER NOT NULL) WITHOUT ROWID)",
     // The recovery pass and the stuck gauges read only unfinished work.
-    R"(CREATE INDEX IF NOT EXISTS transfers_unfinished ON transfers(lease_until)
-         WHERE state IN ('initial','pending','applied','canceling') OR notified = 0)",
+    "DROP INDEX IF EXISTS transfers_unfinished",  // spelled with IN before
+    "CREATE INDEX IF NOT EXISTS transfers_open ON transfers(lease_until) WHERE " SAGA_OPEN_TRANSFER,
     R"(CREATE TABLE IF NOT EXISTS accounts (
          id TEXT PRIMARY KEY, balance INTEGER NOT NULL, opening_balance INTEGER NOT NULL,
          min_balance INTEGER NOT NULL, currency TEXT NOT NULL,
@@ -73,9 +81,9 @@ class SqliteStore final : public Store {
   const std::string& display_name() const noexcept override { return name_; }
 
   Status configure() {
-    for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL",
+    for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
                                "PRAGMA foreign_keys=OFF", "PRAGMA temp_store=MEMORY",
-                               "PRAGMA cache_size=-65536",
+                               "PRAGMA cache_size=-65536", "PRAGMA wal_autocheckpoint=8192",
                                "PRAGMA mmap_size=1073741824"}) {
       if (Status s = exec(pragma); !s) return s;
     }
@@ -177,7 +185,11 @@ class SqliteStore final : public Store {
   }
 
   Status end_scope(bool commit) override {
+    Status s = commit ? write_behind() : Status::ok();
     in_scope_ = false;
+    scope_accounts_.clear();
+    scope_fresh_.clear();
+    if (!s) return s;  // the caller rolls back with end_scope(false)
     if (commit) return exec("COMMIT");
     // SQLite may already have rolled back on some errors.
     if (sqlite3_get_autocommit(db_.get()) == 0) return exec("ROLLBACK");
@@ -232,6 +244,7 @@ class SqliteStore final : public Store {
       if (Status s = step_done(ins, "insert transfer"); !s) return s;
       if (sqlite3_changes(db_.get()) == 1) {
         results[i] = InsertResult::inserted;
+        if (in_scope_) scope_fresh_[std::string(r.id)] = FreshTransfer{std::string(r.from), std::string(r.to), 0};
         continue;
       }
       bind_arg(get, 1, r.id);
@@ -291,8 +304,7 @@ class SqliteStore final : public Store {
     if (Status s = prepare(std::string("UPDATE OR FAIL transfers SET owner = ?1, epoch = epoch + 1, "
                                        "attempts = attempts + 1, lease_until = ?2 + ?3 "
                                        "WHERE id IN (SELECT id FROM transfers WHERE "
-                                       "(state IN ('initial','pending','applied','canceling') "
-                                       "OR notified = 0) AND lease_until < ?2 "
+                                       SAGA_OPEN_TRANSFER " AND lease_until < ?2 "
                                        "ORDER BY lease_until LIMIT ?4) RETURNING ") +
                                kTransferColumns,
                            st);
@@ -334,7 +346,7 @@ class SqliteStore final : public Store {
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
     if (Status s = prepare("UPDATE OR FAIL transfers SET notified = 1 WHERE id = ?1 AND notified = 0 "
-                           "AND state IN ('done', 'canceled')",
+                           "AND (state = 'done' OR state = 'canceled')",
                            st);
         !s)
       return s;
@@ -380,9 +392,7 @@ class SqliteStore final : public Store {
     out = {};
     Stmt* st = nullptr;
     if (Status s = prepare("SELECT state, count(*), min(created_at), sum(lease_until < ?1) "
-                           "FROM transfers WHERE (state IN ('initial','pending','applied',"
-                           "'canceling') OR notified = 0) "
-                           "AND state IN ('initial','pending','applied','canceling') "
+                           "FROM transfers WHERE " SAGA_OPEN_TRANSFER " AND " SAGA_NOT_TERMINAL " "
                            "GROUP BY state",
                            st);
         !s)
@@ -441,6 +451,8 @@ class SqliteStore final : public Store {
   }
 
   Status create_accounts(std::span<const Account> accounts) override {
+    if (Status s = write_behind(); !s) return s;
+    scope_accounts_.clear();
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
@@ -466,6 +478,7 @@ class SqliteStore final : public Store {
 
   Status load_account(std::string_view id, std::optional<Account>& out) override {
     out.reset();
+    if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
     if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
                            "FROM accounts WHERE id = ?1",
@@ -488,6 +501,12 @@ class SqliteStore final : public Store {
       return s;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       out[i].reset();
+      if (in_scope_) {
+        ScopeAccount* a = nullptr;
+        if (Status s = scope_account(ids[i], a); !s) return s;
+        if (a->exists) out[i] = a->row;
+        continue;
+      }
       bind_arg(st, 1, ids[i]);
       if (Status s = scan_account_rows(st, [&](const Account& a) { out[i] = a; }); !s) return s;
     }
@@ -495,6 +514,8 @@ class SqliteStore final : public Store {
   }
 
   Status set_locked(std::string_view id, bool locked, bool& found) override {
+    if (Status s = write_behind(); !s) return s;
+    scope_accounts_.clear();
     Stmt* st = nullptr;
     if (Status s = prepare("UPDATE OR FAIL accounts SET locked = ?1 WHERE id = ?2", st); !s) return s;
     bind_arg(st, 1, static_cast<std::int64_t>(locked));
@@ -533,6 +554,7 @@ class SqliteStore final : public Store {
   Status pending_for_account(std::string_view account_id,
                              std::vector<std::string>& transfer_ids) override {
     transfer_ids.clear();
+    if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
     if (Status s = prepare("SELECT transfer_id FROM pending WHERE account_id = ?1", st); !s)
       return s;
@@ -548,6 +570,7 @@ class SqliteStore final : public Store {
   }
 
   Status scan_accounts(const std::function<void(const Account&)>& fn) override {
+    if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
     if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
                            "FROM accounts",
@@ -566,6 +589,7 @@ class SqliteStore final : public Store {
   }
 
   Status scan_pending(const std::function<void(const PendingEntry&)>& fn) override {
+    if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
     if (Status s = prepare("SELECT account_id, transfer_id FROM pending", st); !s) return s;
     PendingEntry e;
@@ -628,12 +652,13 @@ class SqliteStore final : public Store {
     bool locked = false;
   };
 
-  Status probe_leg(Legs& l, const LegRequest& req, std::string_view kind, Probe& p,
+  Status probe_leg(Legs& l, const LegRequest& req, PostingKind kind, Probe& p,
                    std::string& currency) {
+    if (in_scope_) return probe_leg_in_scope(l, req, kind, p, currency);
     sqlite3_stmt* st = l.probe->get();
     bind_arg(l.probe, 1, req.transfer_id);
     bind_arg(l.probe, 2, req.account_id);
-    bind_arg(l.probe, 3, kind);
+    bind_arg(l.probe, 3, to_string(kind));
     const int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
       sqlite3_reset(st);
@@ -658,9 +683,25 @@ class SqliteStore final : public Store {
     bind_arg(l.insert_posting, 4, req.amount);
     bind_arg(l.insert_posting, 5, now);
     if (Status s = step_done(l.insert_posting, "insert posting"); !s) return s;
-    bind_arg(l.set_balance, 1, new_balance);
-    bind_arg(l.set_balance, 2, req.account_id);
-    if (Status s = step_done(l.set_balance, "update balance"); !s) return s;
+    if (in_scope_) {
+      ScopeAccount* a = nullptr;
+      if (Status s = scope_account(req.account_id, a); !s) return s;
+      a->row.balance = new_balance;
+      a->dirty = true;
+      if (FreshTransfer* f = fresh(req.transfer_id)) {
+        f->marks |= mark_of(kind);
+        if (pending) {
+          f->marks |= pending_mark(*f, req.account_id);
+        } else {
+          release_mark(*f, req.account_id);
+        }
+        return Status::ok();
+      }
+    } else {
+      bind_arg(l.set_balance, 1, new_balance);
+      bind_arg(l.set_balance, 2, req.account_id);
+      if (Status s = step_done(l.set_balance, "update balance"); !s) return s;
+    }
     Stmt* pend = pending ? l.add_pending : l.drop_pending;
     bind_arg(pend, 1, req.account_id);
     bind_arg(pend, 2, req.transfer_id);
@@ -668,6 +709,9 @@ class SqliteStore final : public Store {
   }
 
   Status insert_void(Legs& l, const LegRequest& req) {
+    if (FreshTransfer* f = fresh(req.transfer_id)) {
+      f->marks |= req.op == LegOp::cancel_debit ? kDebitVoided : kCreditVoided;
+    }
     bind_arg(l.insert_void, 1, req.transfer_id);
     bind_arg(l.insert_void, 2, req.account_id);
     bind_arg(l.insert_void, 3, leg_kind_name(req.op));
@@ -682,7 +726,9 @@ class SqliteStore final : public Store {
       case LegOp::debit:
       case LegOp::credit: {
         const bool debit = req.op == LegOp::debit;
-        if (Status s = probe_leg(l, req, leg_kind_name(req.op), p, out.account_currency); !s)
+        if (Status s = probe_leg(l, req, debit ? PostingKind::debit : PostingKind::credit, p,
+                                 out.account_currency);
+            !s)
           return s;
         if (p.voided) return out.status = LegStatus::voided, Status::ok();
         if (p.posted) return out.status = LegStatus::already_posted, Status::ok();
@@ -709,7 +755,7 @@ class SqliteStore final : public Store {
         return Status::ok();
       }
       case LegOp::cancel_debit: {
-        if (Status s = probe_leg(l, req, "debit", p, out.account_currency); !s) return s;
+        if (Status s = probe_leg(l, req, PostingKind::debit, p, out.account_currency); !s) return s;
         if (!p.posted) {
           out.status = LegStatus::voided;
           return insert_void(l, req);
@@ -733,6 +779,11 @@ class SqliteStore final : public Store {
         return insert_void(l, req);
       }
       case LegOp::release: {
+        out.status = LegStatus::released;
+        if (FreshTransfer* f = fresh(req.transfer_id)) {
+          release_mark(*f, req.account_id);
+          return Status::ok();
+        }
         bind_arg(l.drop_pending, 1, req.account_id);
         bind_arg(l.drop_pending, 2, req.transfer_id);
         out.status = LegStatus::released;
@@ -743,6 +794,10 @@ class SqliteStore final : public Store {
   }
 
   Status has_posting(Legs& l, const LegRequest& req, PostingKind kind, bool& found) {
+    if (const FreshTransfer* f = fresh(req.transfer_id)) {
+      found = (f->marks & mark_of(kind)) != 0;
+      return Status::ok();
+    }
     bind_arg(l.has_posting, 1, req.transfer_id);
     bind_arg(l.has_posting, 2, req.account_id);
     bind_arg(l.has_posting, 3, to_string(kind));
@@ -872,6 +927,144 @@ class SqliteStore final : public Store {
     return map_sqlite_error(rc, std::string(what) + ": " + sqlite3_errmsg(db_.get()));
   }
 
+  // ---- write-behind inside a scope -----------------------------------------
+  // A scope holds the write lock (BEGIN IMMEDIATE), so nobody else writes
+  // until it ends: each account row is read once and written once per scope,
+  // and a transfer inserted in the scope (fresh) cannot have journal rows from
+  // before it, so its legs are known from marks kept here, and its pending
+  // entries, mostly added and released in the same scope, are written only
+  // if still held at the end. Postings are written as they happen.
+  struct ScopeAccount {
+    bool exists = false;
+    bool dirty = false;
+    Account row;
+  };
+  static constexpr std::uint8_t kDebitPosted = 1, kCreditPosted = 2, kReversed = 4,
+                                kDebitVoided = 8, kCreditVoided = 16, kSourcePending = 32,
+                                kDestinationPending = 64;
+  struct FreshTransfer {
+    std::string source;
+    std::string destination;
+    std::uint8_t marks = 0;
+  };
+
+  static std::uint8_t mark_of(PostingKind kind) {
+    switch (kind) {
+      case PostingKind::debit: return kDebitPosted;
+      case PostingKind::credit: return kCreditPosted;
+      case PostingKind::reverse_debit: return kReversed;
+    }
+    return 0;
+  }
+  static std::uint8_t pending_mark(const FreshTransfer& f, std::string_view account) {
+    if (account == f.source) return kSourcePending;
+    if (account == f.destination) return kDestinationPending;
+    return 0;
+  }
+
+  static void release_mark(FreshTransfer& f, std::string_view account) {
+    f.marks = static_cast<std::uint8_t>(f.marks & ~pending_mark(f, account));
+  }
+
+  FreshTransfer* fresh(std::string_view transfer_id) {
+    if (!in_scope_ || scope_fresh_.empty()) return nullptr;
+    auto it = scope_fresh_.find(transfer_id);
+    return it == scope_fresh_.end() ? nullptr : &it->second;
+  }
+
+  Status scope_account(std::string_view id, ScopeAccount*& out) {
+    auto it = scope_accounts_.find(id);
+    if (it == scope_accounts_.end()) {
+      Stmt* st = nullptr;
+      if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
+                             "FROM accounts WHERE id = ?1",
+                             st);
+          !s)
+        return s;
+      bind_arg(st, 1, id);
+      ScopeAccount a;
+      if (Status s = scan_account_rows(st, [&](const Account& row) { a.exists = true, a.row = row; }); !s) {
+        return s;
+      }
+      it = scope_accounts_.emplace(std::string(id), std::move(a)).first;
+    }
+    out = &it->second;
+    return Status::ok();
+  }
+
+  Status probe_leg_in_scope(Legs& l, const LegRequest& req, PostingKind kind, Probe& p,
+                            std::string& currency) {
+    if (const FreshTransfer* f = fresh(req.transfer_id)) {
+      p.voided = (f->marks & (kind == PostingKind::debit ? kDebitVoided : kCreditVoided)) != 0;
+      p.posted = (f->marks & mark_of(kind)) != 0;
+    } else {
+      bool posted = false;
+      if (Status s = has_posting(l, req, kind, posted); !s) return s;
+      p.posted = posted;
+      bool voided = false;
+      if (Status s = has_void(req, kind, voided); !s) return s;
+      p.voided = voided;
+    }
+    ScopeAccount* a = nullptr;
+    if (Status s = scope_account(req.account_id, a); !s) return s;
+    p.account_exists = a->exists;
+    p.balance = a->row.balance;
+    p.min_balance = a->row.min_balance;
+    p.locked = a->row.locked;
+    currency.assign(a->row.currency);
+    return Status::ok();
+  }
+
+  Status has_void(const LegRequest& req, PostingKind kind, bool& found) {
+    Stmt* st = nullptr;
+    if (Status s = prepare("SELECT 1 FROM leg_voids WHERE transfer_id = ?1 AND account_id = ?2 "
+                           "AND kind = ?3",
+                           st);
+        !s)
+      return s;
+    bind_arg(st, 1, req.transfer_id);
+    bind_arg(st, 2, req.account_id);
+    bind_arg(st, 3, to_string(kind));
+    const int rc = sqlite3_step(st->get());
+    sqlite3_reset(st->get());
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read leg void");
+    found = rc == SQLITE_ROW;
+    return Status::ok();
+  }
+
+  // Writes what the scope kept in memory: balances, and pending entries of
+  // fresh transfers still held. Idempotent; a no-op outside a scope.
+  Status write_behind() {
+    if (!in_scope_) return Status::ok();
+    Stmt* bal = nullptr;
+    Stmt* pend = nullptr;
+    if (Status s = prepare("UPDATE OR FAIL accounts SET balance = ?1 WHERE id = ?2", bal); !s) return s;
+    if (Status s = prepare("INSERT OR FAIL INTO pending(account_id, transfer_id) VALUES (?1, ?2) "
+                           "ON CONFLICT DO NOTHING",
+                           pend);
+        !s)
+      return s;
+    for (auto& [id, a] : scope_accounts_) {
+      if (!a.dirty) continue;
+      bind_arg(bal, 1, a.row.balance);
+      bind_arg(bal, 2, std::string_view(id));
+      if (Status s = step_done(bal, "update balance"); !s) return s;
+      a.dirty = false;
+    }
+    for (auto& [id, f] : scope_fresh_) {
+      for (const auto& [mark, account] : {std::pair{kSourcePending, &f.source},
+                                          std::pair{kDestinationPending, &f.destination}}) {
+        if ((f.marks & mark) == 0) continue;
+        bind_arg(pend, 1, std::string_view(*account));
+        bind_arg(pend, 2, std::string_view(id));
+        if (Status s = step_done(pend, "pending entry"); !s) return s;
+      }
+    }
+    // Their pending entries are rows now: later releases must delete them.
+    scope_fresh_.clear();
+    return Status::ok();
+  }
+
   // BEGIN IMMEDIATE takes the write lock up front, so two writers never
   // deadlock on a lock upgrade; rolled back unless committed. Inside a scope
   // the scope's transaction is used instead.
@@ -905,6 +1098,12 @@ class SqliteStore final : public Store {
   StatementCache statements_;
   bool in_scope_ = false;
   bool out_bool_ = false;
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
+  };
+  std::unordered_map<std::string, ScopeAccount, StringHash, std::equal_to<>> scope_accounts_;
+  std::unordered_map<std::string, FreshTransfer, StringHash, std::equal_to<>> scope_fresh_;
 };
 
 }  // namespace
