@@ -64,7 +64,11 @@ Status Worker::run(const std::atomic<bool>& stop) {
   Status result;
   while (!stop.load(std::memory_order_relaxed)) {
     last_loop_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-    consumer_->poll_batch(options_.batch_size, std::chrono::milliseconds(100), batch_);
+    // A short wait: under load, what arrived while the last batch ran fills
+    // the next one (batches grow with the backlog); when idle, a request
+    // waits at most this long for company.
+    constexpr std::chrono::milliseconds kBatchWait{5};
+    consumer_->poll_batch(options_.batch_size, kBatchWait, batch_);
     if (!batch_.empty()) {
       result = ingest_batch(stop);
       if (!result) break;
