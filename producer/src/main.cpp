@@ -215,7 +215,8 @@ int main(int argc, char** argv) {
                  "give up on a message not acknowledged within this time (sets "
                  "message.timeout.ms unless --kafka-opt does)")
       ->capture_default_str();
-  app.add_option("--kafka-opt", o.kafka_opts, "librdkafka property key=value (repeatable)");
+  app.add_option("--kafka-opt", o.kafka_opts, "librdkafka property key=value (repeatable); "
+                                             "SASL credentials: SAGA_KAFKA_SASL_USERNAME/PASSWORD");
   file->excludes(input)->excludes(generate);
   input->excludes(generate);
   generate->needs(accounts);
@@ -251,6 +252,7 @@ int main(int argc, char** argv) {
     }
   }
   kafka_opts->insert(kafka_opts->begin(), {"message.timeout.ms", std::to_string(*timeout_ms)});
+  sagapool::add_kafka_sasl_from_env(*kafka_opts);
 
   sagapool::GeneratorOptions gopts;
   if (o.generate > 0) {

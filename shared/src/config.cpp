@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <iostream>
 
 namespace sagapool {
@@ -62,15 +63,26 @@ std::optional<std::vector<KeyValue>> parse_key_values(const std::vector<std::str
                                                       std::string& error) {
   std::vector<KeyValue> out;
   out.reserve(items.size());
-  for (const std::string& item : items) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string& item = items[i];
     const auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
-      error = "expected key=value, got '" + item.substr(0, item.find('=')) + "'";
+      // The item is not repeated: a typo such as `sasl.password:pw` or
+      // `sasl.password= pw` (the shell makes `pw` an item of its own) would
+      // print the secret.
+      error = "expected key=value, but item " + std::to_string(i + 1) + " of " +
+              std::to_string(items.size()) + (eq == 0 ? " has an empty key" : " has no '='") +
+              " (not shown: it may hold a secret)";
       return std::nullopt;
     }
     out.push_back({item.substr(0, eq), item.substr(eq + 1)});
   }
   return out;
+}
+
+void add_kafka_sasl_from_env(std::vector<KeyValue>& opts) {
+  if (const char* user = std::getenv("SAGA_KAFKA_SASL_USERNAME")) opts.push_back({"sasl.username", user});
+  if (const char* pass = std::getenv("SAGA_KAFKA_SASL_PASSWORD")) opts.push_back({"sasl.password", pass});
 }
 
 bool is_secret_key(std::string_view key) noexcept {

@@ -2,6 +2,9 @@
 #include "sagapool/sqlite_store.hpp"
 #include "sagapool/store.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 namespace sagapool {
 
 Status open_store(std::string_view url, std::unique_ptr<Store>& out) {
@@ -15,8 +18,16 @@ Status open_store(std::string_view url, std::unique_ptr<Store>& out) {
       url.find('=') != std::string_view::npos) {
     return open_pg_store(url, out);
   }
-  return Status::fatal("unsupported store URL (expected sqlite:PATH or postgresql://...): " +
-                       std::string(url.substr(0, url.find('@'))));
+  // Only the scheme is shown: the rest may carry a password ("mysql://u:pw@h").
+  const std::string_view head = url.substr(0, url.find(':'));
+  const bool is_scheme = head.size() < url.size() && !head.empty() && head.size() <= 16 &&
+                         std::all_of(head.begin(), head.end(), [](unsigned char c) {
+                           return std::isalnum(c) != 0 || c == '+' || c == '-' || c == '.';
+                         });
+  const std::string scheme = is_scheme ? "'" + std::string(head) + ":'" : "(none)";
+  return Status::fatal("unsupported store URL scheme " + scheme +
+                       " (expected sqlite:PATH or postgresql://...; the URL is not repeated here "
+                       "because it may hold a password)");
 }
 
 }  // namespace sagapool

@@ -1,10 +1,13 @@
 #include "http_server.hpp"
 
 #include <CivetServer.h>
+#include <arpa/inet.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 #include <string_view>
 
@@ -34,6 +37,41 @@ void respond_health(mg_connection* conn, const std::function<HealthCheck()>& che
   respond(conn, h.ok ? 200 : 503, kTextPlain, body);
 }
 
+// civetweb parses "listening_ports" loosely: "999.1.1.1:9464" binds
+// 231.1.1.1 (each octet taken mod 256) instead of failing. So the address is
+// checked here first: HOST:PORT with HOST an IPv4 address, a [IPv6] address
+// or a host name, and PORT 1..65535. Returns why it is malformed, or "".
+std::string malformed_address(const std::string& address) {
+  const std::size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return "expected HOST:PORT, e.g. 127.0.0.1:9464 or 0.0.0.0:9464";
+  const std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](unsigned char c) { return std::isdigit(c) != 0; }) ||
+      std::stoi(port) < 1 || std::stoi(port) > 65535) {
+    return "the port must be a number from 1 to 65535";
+  }
+  if (host.empty()) return "no host: give one, e.g. 127.0.0.1:" + port + " or 0.0.0.0:" + port;
+  unsigned char buf[sizeof(in6_addr)];
+  if (host.front() == '[') {
+    if (host.back() != ']' || inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), buf) != 1) {
+      return "'" + host + "' is not an IPv6 address in brackets";
+    }
+    return "";
+  }
+  const bool dotted = std::all_of(host.begin(), host.end(),
+                                  [](unsigned char c) { return std::isdigit(c) != 0 || c == '.'; });
+  if (dotted) {
+    if (inet_pton(AF_INET, host.c_str(), buf) != 1) return "'" + host + "' is not an IPv4 address";
+    return "";
+  }
+  const bool name = std::all_of(host.begin(), host.end(), [](unsigned char c) {
+    return std::isalnum(c) != 0 || c == '-' || c == '.';
+  });
+  if (!name) return "'" + host + "' is neither an IP address nor a host name";
+  return "";
+}
+
 }  // namespace
 
 class HttpServer::Handler final : public CivetHandler {
@@ -51,6 +89,9 @@ class HttpServer::Handler final : public CivetHandler {
 };
 
 Status HttpServer::start(const std::string& address, HttpRoutes routes, std::unique_ptr<HttpServer>& out) {
+  if (const std::string why = malformed_address(address); !why.empty()) {
+    return Status::fatal("malformed address '" + address + "': " + why);
+  }
   auto server = std::unique_ptr<HttpServer>(new HttpServer());
   server->routes_ = std::move(routes);
   // Scrapes and probes are few and short: a handful of threads is plenty.
@@ -59,7 +100,8 @@ Status HttpServer::start(const std::string& address, HttpRoutes routes, std::uni
   try {
     server->server_ = std::make_unique<CivetServer>(options);
   } catch (const CivetException& e) {
-    return Status::fatal("cannot listen on " + address + " (malformed address or port in use): " + e.what());
+    return Status::fatal("cannot listen on " + address +
+                         " (port in use, or the address is not one of this host's): " + e.what());
   }
   auto add = [&](const char* uri, void (*fn)(HttpServer&, mg_connection*)) {
     server->handlers_.push_back(std::make_unique<Handler>(*server, fn));

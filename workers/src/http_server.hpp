@@ -31,8 +31,9 @@ struct HttpRoutes {
 
 class HttpServer {
  public:
-  // Listens on `address` (host:port, e.g. 0.0.0.0:9464 or 127.0.0.1:9464).
-  // Fails, saying why, when the address is malformed or taken.
+  // Listens on `address` only (host:port, e.g. 0.0.0.0:9464 or 127.0.0.1:9464;
+  // a host name or [IPv6] also works). Fails, saying why, when the address is
+  // malformed (checked here: civetweb accepts 999.1.1.1) or cannot be bound.
   static Status start(const std::string& address, HttpRoutes routes, std::unique_ptr<HttpServer>& out);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;

@@ -35,13 +35,6 @@ std::string default_worker_id() {
   return std::string(host) + ":" + std::to_string(getpid());
 }
 
-// Kafka SASL credentials come from the environment only, never from flags
-// that would show in a process listing.
-void add_sasl_from_env(std::vector<sagapool::KeyValue>& opts) {
-  if (const char* user = std::getenv("SAGA_KAFKA_SASL_USERNAME")) opts.push_back({"sasl.username", user});
-  if (const char* pass = std::getenv("SAGA_KAFKA_SASL_PASSWORD")) opts.push_back({"sasl.password", pass});
-}
-
 // Fails fast with one clear line when no broker answers at start-up.
 sagapool::Status check_brokers(const std::string& brokers, const std::vector<sagapool::KeyValue>& extra,
                                std::chrono::milliseconds timeout) {
@@ -123,7 +116,7 @@ int main(int argc, char** argv) {
   auto kvs = parse_key_values(kafka_opts, kv_error);
   if (!kvs) return bad("--kafka-opt: " + kv_error);
   o.kafka_opts = std::move(*kvs);
-  add_sasl_from_env(o.kafka_opts);
+  add_kafka_sasl_from_env(o.kafka_opts);
 
   init_logging("saga-worker", *parse_log_format(log_format));
 

@@ -35,6 +35,11 @@ struct KeyValue {
 std::optional<std::vector<KeyValue>> parse_key_values(const std::vector<std::string>& items,
                                                       std::string& error);
 
+// Kafka SASL credentials from SAGA_KAFKA_SASL_USERNAME / SAGA_KAFKA_SASL_PASSWORD,
+// appended to `opts` (so they win over --kafka-opt). The environment keeps
+// them out of process listings, unlike a flag.
+void add_kafka_sasl_from_env(std::vector<KeyValue>& opts);
+
 // True for configuration keys whose values are secrets (passwords, SASL,
 // keys): they are never printed or logged.
 bool is_secret_key(std::string_view key) noexcept;
