@@ -227,6 +227,27 @@ class SqliteStore final : public Store {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const NewTransfer& t = batch[i];
       const RequestView& r = t.request;
+      if (in_scope_) {  // the row is written when the scope ends
+        if (auto it = scope_fresh_.find(r.id); it != scope_fresh_.end()) {
+          const FreshTransfer& f = it->second;
+          results[i] = same_request(t, f.payload_hash, f.source, f.destination, f.amount,
+                                    f.currency, f.metadata)
+                           ? InsertResult::duplicate
+                           : InsertResult::conflict;
+          continue;
+        }
+        bind_arg(get, 1, r.id);
+        const int rc = sqlite3_step(get->get());
+        if (rc == SQLITE_ROW) {
+          results[i] = same_stored_request(get->get(), t) ? InsertResult::duplicate : InsertResult::conflict;
+        }
+        sqlite3_reset(get->get());
+        if (rc == SQLITE_ROW) continue;
+        if (rc != SQLITE_DONE) return error(rc, "read transfer");
+        scope_fresh_.emplace(std::string(r.id), FreshTransfer::of(t, owner, now, lease_ms));
+        results[i] = InsertResult::inserted;
+        continue;
+      }
       bind_arg(ins, 1, r.id);
       bind_arg(ins, 2, r.from);
       bind_arg(ins, 3, r.to);
@@ -244,7 +265,6 @@ class SqliteStore final : public Store {
       if (Status s = step_done(ins, "insert transfer"); !s) return s;
       if (sqlite3_changes(db_.get()) == 1) {
         results[i] = InsertResult::inserted;
-        if (in_scope_) scope_fresh_[std::string(r.id)] = FreshTransfer{std::string(r.from), std::string(r.to), 0};
         continue;
       }
       bind_arg(get, 1, r.id);
@@ -252,16 +272,25 @@ class SqliteStore final : public Store {
         sqlite3_reset(get->get());
         return Status::fatal("transfer " + std::string(r.id) + " vanished during insert");
       }
-      sqlite3_stmt* g = get->get();
-      const bool same =
-          static_cast<std::uint64_t>(sqlite3_column_int64(g, 0)) == t.payload_hash &&
-          column_view(g, 1) == r.from && column_view(g, 2) == r.to &&
-          sqlite3_column_int64(g, 3) == r.amount && column_view(g, 4) == r.currency &&
-          column_view(g, 5) == r.metadata;
-      sqlite3_reset(g);
+      const bool same = same_stored_request(get->get(), t);
+      sqlite3_reset(get->get());
       results[i] = same ? InsertResult::duplicate : InsertResult::conflict;
     }
     return tx.commit();
+  }
+
+  static bool same_request(const NewTransfer& t, std::int64_t payload_hash, std::string_view from,
+                           std::string_view to, std::int64_t amount, std::string_view currency,
+                           std::string_view metadata) {
+    const RequestView& r = t.request;
+    return static_cast<std::uint64_t>(payload_hash) == t.payload_hash && from == r.from &&
+           to == r.to && amount == r.amount && currency == r.currency && metadata == r.metadata;
+  }
+  // `g` is on a row of "SELECT payload_hash, source, destination, amount,
+  // currency, metadata".
+  static bool same_stored_request(sqlite3_stmt* g, const NewTransfer& t) {
+    return same_request(t, sqlite3_column_int64(g, 0), column_view(g, 1), column_view(g, 2),
+                        sqlite3_column_int64(g, 3), column_view(g, 4), column_view(g, 5));
   }
 
   Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
@@ -280,6 +309,18 @@ class SqliteStore final : public Store {
     const std::int64_t now = wall_now_ms();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const Transition& t = batch[i];
+      if (FreshTransfer* f = fresh(t.id)) {
+        const bool ok = f->state == t.from && f->owner == t.owner && f->epoch == t.epoch;
+        applied[i] = static_cast<std::uint8_t>(ok);
+        if (ok) {
+          f->state = t.to;
+          f->reason = t.reason;
+          f->last_modified = now;
+          f->lease_until = now + lease_ms;
+          if (is_terminal(t.to)) f->finished_at = now;
+        }
+        continue;
+      }
       bind_arg(st, 1, to_string(t.to));
       bind_arg(st, 2, to_string(t.reason));
       bind_arg(st, 3, now);
@@ -297,6 +338,7 @@ class SqliteStore final : public Store {
 
   Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
                        std::vector<TransferDoc>& out) override {
+    if (Status s = write_behind(); !s) return s;
     out.clear();
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
@@ -320,6 +362,7 @@ class SqliteStore final : public Store {
 
   Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
                    std::optional<TransferDoc>& out) override {
+    if (Status s = write_behind(); !s) return s;
     out.reset();
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
@@ -341,6 +384,7 @@ class SqliteStore final : public Store {
   }
 
   Status mark_notified(std::span<const std::string_view> ids) override {
+    if (Status s = write_behind(); !s) return s;
     if (ids.empty()) return Status::ok();
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
@@ -358,6 +402,7 @@ class SqliteStore final : public Store {
   }
 
   Status load_transfer(std::string_view id, std::optional<TransferDoc>& out) override {
+    if (Status s = write_behind(); !s) return s;
     out.reset();
     Stmt* st = nullptr;
     if (Status s = prepare(std::string("SELECT ") + kTransferColumns +
@@ -374,6 +419,7 @@ class SqliteStore final : public Store {
 
   Status list_stale(std::int64_t before_ms, std::size_t limit,
                     std::vector<TransferDoc>& out) override {
+    if (Status s = write_behind(); !s) return s;
     out.clear();
     Stmt* st = nullptr;
     if (Status s = prepare(std::string("SELECT ") + kTransferColumns +
@@ -389,6 +435,7 @@ class SqliteStore final : public Store {
   }
 
   Status state_stats(StateStatsTable& out) override {
+    if (Status s = write_behind(); !s) return s;
     out = {};
     Stmt* st = nullptr;
     if (Status s = prepare("SELECT state, count(*), min(created_at), sum(lease_until < ?1) "
@@ -415,6 +462,7 @@ class SqliteStore final : public Store {
 
   Status scan_transfer_states(
       const std::function<void(std::string_view, TransferState, bool)>& fn) override {
+    if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
     if (Status s = prepare("SELECT id, state, notified FROM transfers", st); !s) return s;
     for (;;) {
@@ -929,11 +977,13 @@ class SqliteStore final : public Store {
 
   // ---- write-behind inside a scope -----------------------------------------
   // A scope holds the write lock (BEGIN IMMEDIATE), so nobody else writes
-  // until it ends: each account row is read once and written once per scope,
-  // and a transfer inserted in the scope (fresh) cannot have journal rows from
-  // before it, so its legs are known from marks kept here, and its pending
+  // until it ends: each account row is read once and written once per scope.
+  // A transfer inserted in the scope (fresh) is kept here and its row written
+  // once, in its last state, when the scope ends; it cannot have journal rows
+  // from before, so its legs are known from marks kept here, and its pending
   // entries, mostly added and released in the same scope, are written only
-  // if still held at the end. Postings are written as they happen.
+  // if still held at the end. Postings are written as they happen. Any other
+  // read or write of transfers first writes everything kept (write_behind).
   struct ScopeAccount {
     bool exists = false;
     bool dirty = false;
@@ -943,9 +993,33 @@ class SqliteStore final : public Store {
                                 kDebitVoided = 8, kCreditVoided = 16, kSourcePending = 32,
                                 kDestinationPending = 64;
   struct FreshTransfer {
-    std::string source;
-    std::string destination;
+    std::string source, destination, currency, metadata, owner, origin_topic;
+    std::int64_t amount = 0, payload_hash = 0, epoch = 1, lease_until = 0, created_at = 0,
+                 last_modified = 0, requested_at = 0, finished_at = 0, origin_offset = 0;
+    std::int32_t origin_partition = 0;
+    TransferState state = TransferState::initial;
+    Reason reason = Reason::none;
     std::uint8_t marks = 0;
+
+    static FreshTransfer of(const NewTransfer& t, std::string_view owner, std::int64_t now,
+                            std::int64_t lease_ms) {
+      const RequestView& r = t.request;
+      FreshTransfer f;
+      f.source = r.from;
+      f.destination = r.to;
+      f.currency = r.currency;
+      f.metadata = r.metadata;
+      f.owner = owner;
+      f.origin_topic = t.origin_topic;
+      f.amount = r.amount;
+      f.payload_hash = static_cast<std::int64_t>(t.payload_hash);
+      f.lease_until = now + lease_ms;
+      f.created_at = f.last_modified = now;
+      f.requested_at = t.requested_at_ms;
+      f.origin_partition = t.origin_partition;
+      f.origin_offset = t.origin_offset;
+      return f;
+    }
   };
 
   static std::uint8_t mark_of(PostingKind kind) {
@@ -1051,7 +1125,37 @@ class SqliteStore final : public Store {
       if (Status s = step_done(bal, "update balance"); !s) return s;
       a.dirty = false;
     }
+    Stmt* row = nullptr;
+    if (Status s = prepare(
+            "INSERT OR FAIL INTO transfers(id, source, destination, amount, currency, metadata, "
+            "payload_hash, state, owner, epoch, lease_until, reason, created_at, last_modified, "
+            "requested_at, finished_at, attempts, notified, origin_topic, origin_partition, "
+            "origin_offset) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+            "?15, ?16, 0, 0, ?17, ?18, ?19)",
+            row);
+        !s)
+      return s;
     for (auto& [id, f] : scope_fresh_) {
+      bind_arg(row, 1, std::string_view(id));
+      bind_arg(row, 2, std::string_view(f.source));
+      bind_arg(row, 3, std::string_view(f.destination));
+      bind_arg(row, 4, f.amount);
+      bind_arg(row, 5, std::string_view(f.currency));
+      bind_arg(row, 6, std::string_view(f.metadata));
+      bind_arg(row, 7, f.payload_hash);
+      bind_arg(row, 8, to_string(f.state));
+      bind_arg(row, 9, std::string_view(f.owner));
+      bind_arg(row, 10, f.epoch);
+      bind_arg(row, 11, f.lease_until);
+      bind_arg(row, 12, to_string(f.reason));
+      bind_arg(row, 13, f.created_at);
+      bind_arg(row, 14, f.last_modified);
+      bind_arg(row, 15, f.requested_at);
+      bind_arg(row, 16, f.finished_at);
+      bind_arg(row, 17, std::string_view(f.origin_topic));
+      bind_arg(row, 18, static_cast<std::int64_t>(f.origin_partition));
+      bind_arg(row, 19, f.origin_offset);
+      if (Status s = step_done(row, "insert transfer"); !s) return s;
       for (const auto& [mark, account] : {std::pair{kSourcePending, &f.source},
                                           std::pair{kDestinationPending, &f.destination}}) {
         if ((f.marks & mark) == 0) continue;
@@ -1060,7 +1164,7 @@ class SqliteStore final : public Store {
         if (Status s = step_done(pend, "pending entry"); !s) return s;
       }
     }
-    // Their pending entries are rows now: later releases must delete them.
+    // They are rows now: later transitions and releases must go to the table.
     scope_fresh_.clear();
     return Status::ok();
   }

@@ -196,11 +196,22 @@ TEST_P(StoreTest, ReadsInsideAScopeSeeItsWrites) {
   create(make_account("acct-a", 500));
   create(make_account("acct-b", 0));
   SAGA_ASSERT_OK(store_->begin_scope());
-  const NewTransfer n = spec("t-1", "acct-a", "acct-b", 120).to_new();
+  const TransferSpec t1 = spec("t-1", "acct-a", "acct-b", 120);
+  const NewTransfer n = t1.to_new();
   InsertResult r{};
   SAGA_ASSERT_OK(store_->insert_transfers(std::span(&n, 1), "w1", 60'000, std::span(&r, 1)));
   ASSERT_EQ(r, InsertResult::inserted);
+  // The same id again in the same scope: a duplicate, or a conflict.
+  const TransferSpec changed = spec("t-1", "acct-a", "acct-b", 121);
+  const NewTransfer again[] = {t1.to_new(), changed.to_new()};
+  InsertResult again_results[2]{};
+  SAGA_ASSERT_OK(store_->insert_transfers(again, "w1", 60'000, again_results));
+  EXPECT_EQ(again_results[0], InsertResult::duplicate);
+  EXPECT_EQ(again_results[1], InsertResult::conflict);
   EXPECT_EQ(leg(LegOp::debit, "t-1", "acct-a", 120).status, LegStatus::posted);
+  EXPECT_TRUE(transition("t-1", TransferState::initial, TransferState::pending, "w1", 1));
+  EXPECT_FALSE(transition("t-1", TransferState::initial, TransferState::pending, "w1", 1));
+  EXPECT_EQ(load("t-1").state, TransferState::pending);
 
   const std::string_view ids[] = {"acct-a"};
   std::optional<Account> snapshot[1];
