@@ -527,6 +527,11 @@ class SqliteStore final : public Store {
   Status load_account(std::string_view id, std::optional<Account>& out) override {
     out.reset();
     if (Status s = write_behind(); !s) return s;
+    return read_account(id, out);
+  }
+
+  Status read_account(std::string_view id, std::optional<Account>& out) {
+    out.reset();
     Stmt* st = nullptr;
     if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
                            "FROM accounts WHERE id = ?1",
@@ -541,22 +546,15 @@ class SqliteStore final : public Store {
                        std::span<std::optional<Account>> out) override {
     Tx tx(*this, "BEGIN");  // one read snapshot for the whole batch
     if (Status s = tx.begin(); !s) return s;
-    Stmt* st = nullptr;
-    if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
-                           "FROM accounts WHERE id = ?1",
-                           st);
-        !s)
-      return s;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       out[i].reset();
-      if (in_scope_) {
-        ScopeAccount* a = nullptr;
-        if (Status s = scope_account(ids[i], a); !s) return s;
-        if (a->exists) out[i] = a->row;
+      if (!in_scope_) {
+        if (Status s = read_account(ids[i], out[i]); !s) return s;
         continue;
       }
-      bind_arg(st, 1, ids[i]);
-      if (Status s = scan_account_rows(st, [&](const Account& a) { out[i] = a; }); !s) return s;
+      ScopeAccount* a = nullptr;
+      if (Status s = scope_account(ids[i], a); !s) return s;
+      if (a->exists) out[i] = a->row;
     }
     return tx.commit();
   }
@@ -1049,17 +1047,11 @@ class SqliteStore final : public Store {
   Status scope_account(std::string_view id, ScopeAccount*& out) {
     auto it = scope_accounts_.find(id);
     if (it == scope_accounts_.end()) {
-      Stmt* st = nullptr;
-      if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
-                             "FROM accounts WHERE id = ?1",
-                             st);
-          !s)
-        return s;
-      bind_arg(st, 1, id);
+      std::optional<Account> row;
+      if (Status s = read_account(id, row); !s) return s;
       ScopeAccount a;
-      if (Status s = scan_account_rows(st, [&](const Account& row) { a.exists = true, a.row = row; }); !s) {
-        return s;
-      }
+      a.exists = row.has_value();
+      if (row) a.row = std::move(*row);
       it = scope_accounts_.emplace(std::string(id), std::move(a)).first;
     }
     out = &it->second;

@@ -16,18 +16,6 @@
 namespace sagapool::test {
 namespace {
 
-Account make_account(std::string id, std::int64_t balance, std::int64_t min_balance = 0,
-                     std::string currency = "", bool locked = false) {
-  Account a;
-  a.id = std::move(id);
-  a.balance = balance;
-  a.opening_balance = balance;
-  a.min_balance = min_balance;
-  a.currency = std::move(currency);
-  a.locked = locked;
-  return a;
-}
-
 const std::vector<Account>& hot_accounts() {
   static const std::vector<Account> accounts = {
       make_account("h0", 1000),          make_account("h1", 500, -300, "EUR"),

@@ -18,18 +18,6 @@ using S = TransferState;
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
 
-Account make_account(std::string id, std::int64_t balance, std::int64_t min_balance = 0,
-                     std::string currency = "", bool locked = false) {
-  Account a;
-  a.id = std::move(id);
-  a.balance = balance;
-  a.opening_balance = balance;
-  a.min_balance = min_balance;
-  a.currency = std::move(currency);
-  a.locked = locked;
-  return a;
-}
-
 void expect_same_doc(const TransferDoc& a, const TransferDoc& b) {
   EXPECT_EQ(a.id, b.id);
   EXPECT_EQ(a.source, b.source);

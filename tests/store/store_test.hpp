@@ -60,6 +60,18 @@ inline TransferSpec spec(std::string id, std::string from = "acct-a", std::strin
   return t;
 }
 
+inline Account make_account(std::string id, std::int64_t balance, std::int64_t min_balance = 0,
+                            std::string currency = "", bool locked = false) {
+  Account a;
+  a.id = std::move(id);
+  a.balance = balance;
+  a.opening_balance = balance;
+  a.min_balance = min_balance;
+  a.currency = std::move(currency);
+  a.locked = locked;
+  return a;
+}
+
 // The parameter is the backend name: "sqlite" or "postgresql".
 class StoreTest : public testing::TestWithParam<std::string> {
  protected:
