@@ -16,13 +16,9 @@ CREATE TABLE IF NOT EXISTS saga_meta (
 
 namespace {
 
-// Version 1. Times are bigint milliseconds since the Unix epoch on the
-// server's clock; clock_timestamp() (not now()) so that time advances within
-// a transaction. NULL reason = none, NULL finished_at = not finished.
+// Version 1: the tables. Times are bigint milliseconds since the Unix epoch
+// on the server's clock. NULL reason = none, NULL finished_at = not finished.
 constexpr std::string_view kV1 = R"sql(
-CREATE OR REPLACE FUNCTION saga_now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
-$$ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
-
 CREATE TABLE saga_transfers (
   id text PRIMARY KEY,
   source text NOT NULL,
@@ -95,71 +91,118 @@ CREATE TABLE saga_leg_voids (
   at_ms bigint NOT NULL,
   PRIMARY KEY (transfer_id, account_id, kind)
 );
+)sql";
 
--- Results: 0 inserted, 1 duplicate, 2 conflict, one row per input, in order.
-CREATE FUNCTION saga_insert_transfers(
+// The functions are code, not data: every `sagactl init` (re)installs them
+// with CREATE OR REPLACE (same signatures), so a store at the current schema
+// version gets the current code too.
+//
+// Each batch function is a handful of set-based statements over the input
+// arrays (unnest ... WITH ORDINALITY keeps input order), not one statement
+// per record: per-statement overhead, not the rows, was the cost. They run
+// in the caller's transaction, which may be a whole batch's (a scope), so
+// none of them commits, and every statement takes a fresh snapshot (READ
+// COMMITTED: the scope says so when it begins). Times come from
+// clock_timestamp() (saga_now_ms), not now(): now() is frozen at the start
+// of the transaction, and a lease must be measured from when it is written.
+constexpr std::string_view kFunctions = R"sql(
+CREATE OR REPLACE FUNCTION saga_now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
+$$ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+
+-- Results: 0 inserted, 1 duplicate, 2 conflict, -1 vanished (an error), one
+-- row per input, in order. An id named twice in one batch: the first is
+-- inserted, the later ones compare with it, as one by one.
+CREATE OR REPLACE FUNCTION saga_insert_transfers(
     p_id text[], p_source text[], p_destination text[], p_amount bigint[], p_currency text[],
     p_metadata text[], p_hash bigint[], p_requested_at bigint[], p_topic text[],
     p_partition integer[], p_offset bigint[], p_owner text, p_lease_ms bigint)
   RETURNS SETOF smallint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_now bigint := saga_now_ms();
-  r record;
+  v_inserted text[];
 BEGIN
-  FOR i IN 1 .. coalesce(array_length(p_id, 1), 0) LOOP
+  WITH ins AS (
     INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata,
         payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms,
         last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic,
         origin_partition, origin_offset)
-      VALUES (p_id[i], p_source[i], p_destination[i], p_amount[i], p_currency[i],
-        p_metadata[i], p_hash[i], 'initial', p_owner, 1, v_now + p_lease_ms, NULL, v_now,
-        v_now, p_requested_at[i], NULL, 0, false, p_topic[i], p_partition[i], p_offset[i])
-      ON CONFLICT (id) DO NOTHING;
-    IF FOUND THEN
-      RETURN NEXT 0::smallint;
-      CONTINUE;
-    END IF;
-    SELECT t.payload_hash, t.source, t.destination, t.amount, t.currency, t.metadata INTO r
-      FROM saga_transfers t WHERE t.id = p_id[i];
-    IF NOT FOUND THEN
-      RAISE EXCEPTION 'transfer % vanished during insert', p_id[i];
-    END IF;
-    IF r.payload_hash = p_hash[i] AND r.source = p_source[i]
-        AND r.destination = p_destination[i] AND r.amount = p_amount[i]
-        AND r.currency = p_currency[i] AND r.metadata = p_metadata[i] THEN
-      RETURN NEXT 1::smallint;
-    ELSE
-      RETURN NEXT 2::smallint;
-    END IF;
-  END LOOP;
+      SELECT u.id, u.source, u.destination, u.amount, u.currency, u.metadata, u.hash,
+          'initial', p_owner, 1, v_now + p_lease_ms, NULL, v_now, v_now, u.requested, NULL, 0,
+          false, u.topic, u.part, u.off
+        FROM unnest(p_id, p_source, p_destination, p_amount, p_currency, p_metadata, p_hash,
+            p_requested_at, p_topic, p_partition, p_offset) WITH ORDINALITY
+          AS u(id, source, destination, amount, currency, metadata, hash, requested, topic,
+            part, off, n)
+        ORDER BY u.n
+      ON CONFLICT (id) DO NOTHING
+      RETURNING id)
+  SELECT array_agg(ins.id) INTO v_inserted FROM ins;
+  -- A new statement, so a new snapshot: a row a concurrent insert committed
+  -- (ON CONFLICT skipped it) is visible here, and so are our own.
+  RETURN QUERY
+    SELECT CASE
+        WHEN u.n = u.first AND i.id IS NOT NULL THEN 0::smallint
+        WHEN t.id IS NULL THEN -1::smallint
+        WHEN t.payload_hash = u.hash AND t.source = u.source AND t.destination = u.destination
+            AND t.amount = u.amount AND t.currency = u.currency AND t.metadata = u.metadata
+          THEN 1::smallint
+        ELSE 2::smallint END
+      FROM (SELECT x.*, min(x.n) OVER (PARTITION BY x.id) AS first
+              FROM unnest(p_id, p_source, p_destination, p_amount, p_currency, p_metadata,
+                  p_hash) WITH ORDINALITY
+                AS x(id, source, destination, amount, currency, metadata, hash, n)) u
+      LEFT JOIN unnest(v_inserted) AS i(id) ON i.id = u.id
+      LEFT JOIN saga_transfers t ON t.id = u.id
+      ORDER BY u.n;
 END $$;
 
 -- One boolean per input, in order: applied only in `from`, owned by
--- (owner, epoch).
-CREATE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[], p_reason text[],
-    p_owner text[], p_epoch bigint[], p_lease_ms bigint)
+-- (owner, epoch). One UPDATE for the batch; a batch naming an id twice (the
+-- engine never sends one) is applied one record at a time, so a later
+-- record sees the earlier one's change.
+CREATE OR REPLACE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[],
+    p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint)
   RETURNS SETOF boolean LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_now bigint := saga_now_ms();
+  v_n integer := coalesce(array_length(p_id, 1), 0);
   v_terminal boolean;
 BEGIN
-  FOR i IN 1 .. coalesce(array_length(p_id, 1), 0) LOOP
-    v_terminal := p_to[i] IN ('done', 'canceled');
-    UPDATE saga_transfers t
-      SET state = p_to[i], reason = NULLIF(p_reason[i], 'none'), last_modified_ms = v_now,
-          lease_until_ms = v_now + p_lease_ms,
-          finished_at_ms = CASE WHEN v_terminal THEN v_now ELSE t.finished_at_ms END,
-          notified = CASE WHEN v_terminal THEN false ELSE t.notified END
-      WHERE t.id = p_id[i] AND t.state = p_from[i] AND t.owner = p_owner[i]
-        AND t.epoch = p_epoch[i];
-    RETURN NEXT FOUND;
-  END LOOP;
+  IF v_n > 1 AND (SELECT count(DISTINCT x) FROM unnest(p_id) AS x) < v_n THEN
+    FOR i IN 1 .. v_n LOOP
+      v_terminal := p_to[i] IN ('done', 'canceled');
+      UPDATE saga_transfers t
+        SET state = p_to[i], reason = NULLIF(p_reason[i], 'none'), last_modified_ms = v_now,
+            lease_until_ms = v_now + p_lease_ms,
+            finished_at_ms = CASE WHEN v_terminal THEN v_now ELSE t.finished_at_ms END,
+            notified = CASE WHEN v_terminal THEN false ELSE t.notified END
+        WHERE t.id = p_id[i] AND t.state = p_from[i] AND t.owner = p_owner[i]
+          AND t.epoch = p_epoch[i];
+      RETURN NEXT FOUND;
+    END LOOP;
+    RETURN;
+  END IF;
+  RETURN QUERY
+    WITH u AS (
+      SELECT x.*, x.to_state IN ('done', 'canceled') AS terminal
+        FROM unnest(p_id, p_from, p_to, p_reason, p_owner, p_epoch) WITH ORDINALITY
+          AS x(id, from_state, to_state, reason, owner, epoch, n)),
+    upd AS (
+      UPDATE saga_transfers t
+        SET state = u.to_state, reason = NULLIF(u.reason, 'none'), last_modified_ms = v_now,
+            lease_until_ms = v_now + p_lease_ms,
+            finished_at_ms = CASE WHEN u.terminal THEN v_now ELSE t.finished_at_ms END,
+            notified = CASE WHEN u.terminal THEN false ELSE t.notified END
+        FROM u
+        WHERE t.id = u.id AND t.state = u.from_state AND t.owner = u.owner AND t.epoch = u.epoch
+        RETURNING u.n)
+    SELECT upd.n IS NOT NULL FROM u LEFT JOIN upd ON upd.n = u.n ORDER BY u.n;
 END $$;
 
 -- SKIP LOCKED: concurrent claimers split the expired rows between them and
 -- never claim the same one; a row changed since the snapshot is re-checked
 -- before it is locked.
-CREATE FUNCTION saga_claim_expired(p_owner text, p_lease_ms bigint, p_limit bigint)
+CREATE OR REPLACE FUNCTION saga_claim_expired(p_owner text, p_lease_ms bigint, p_limit bigint)
   RETURNS SETOF saga_transfers LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_now bigint := saga_now_ms();
@@ -179,110 +222,240 @@ BEGIN
 END $$;
 
 -- One row per leg, in input order: (status, reason, account currency).
--- Applies the legs one by one inside the caller's single transaction, so a
--- batch with several legs on one account gives the result of applying them
--- one at a time.
-CREATE FUNCTION saga_apply_legs(p_op text[], p_transfer text[], p_account text[],
+-- The result of applying the legs one by one, computed in three phases:
+-- 1. lock the batch's accounts (one order, so batches sharing accounts
+--    queue instead of deadlocking) and read them, then read what the
+--    journal, the voids and the pending list hold for every (transfer,
+--    account) pair of the batch: a few statements, each after the lock, so
+--    each sees everything committed before it was granted;
+-- 2. walk the legs in order over that state, in memory (arrays): a leg sees
+--    the balances and postings of the legs before it;
+-- 3. write what changed: the new postings in leg order, the balances, the
+--    pending entries and the voids, one statement each.
+-- Only legs on locked accounts post, so nothing else can write the same
+-- postings meanwhile: a unique violation there is a bug, and is raised.
+CREATE OR REPLACE FUNCTION saga_apply_legs(p_op text[], p_transfer text[], p_account text[],
     p_amount bigint[], p_currency text[])
   RETURNS TABLE (o_status text, o_reason text, o_currency text)
   LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+  c_max constant numeric := 9223372036854775807;
   v_now bigint := saga_now_ms();
-  a saga_accounts%ROWTYPE;
+  v_n integer := coalesce(array_length(p_op, 1), 0);
+  -- accounts, by slot (id order)
+  a_id text[];
+  a_bal bigint[];
+  a_bal0 bigint[];
+  a_min bigint[];
+  a_cur text[];
+  a_locked boolean[];
+  -- per leg: its account's slot (NULL: no such account) and its pair's
+  l_acc integer[];
+  l_pair integer[];
+  -- per (transfer, account) pair: as stored (…0) and as the legs leave it
+  q_tr text[];
+  q_acc text[];
+  q_debit bigint[];  -- amount of the posted debit, NULL: none
+  q_credit boolean[];
+  q_rev boolean[];
+  q_vdebit boolean[];
+  q_vdebit0 boolean[];
+  q_vcredit boolean[];
+  q_vcredit0 boolean[];
+  q_need boolean[];
+  q_pend boolean[];  -- as the pair's last leg leaves its pending entry; NULL: untouched
+  -- new postings, in leg order
+  w_n integer := 0;
+  w_tr text[] := '{}';
+  w_acc text[] := '{}';
+  w_kind text[] := '{}';
+  w_amount bigint[] := '{}';
+  k integer;
+  q integer;
   v_amount bigint;
+  v_debit boolean;
+  -- what phase 3 has to write besides postings and balances
+  v_pend_added boolean := false;
+  v_pend_dropped boolean := false;
+  v_voided boolean := false;
 BEGIN
-  -- Lock the batch's accounts in one order: batches sharing accounts queue
-  -- instead of deadlocking, and every check below sees the rows committed
-  -- before the lock was granted.
-  PERFORM 1 FROM saga_accounts WHERE id = ANY (p_account) ORDER BY id FOR UPDATE;
-  FOR i IN 1 .. coalesce(array_length(p_op, 1), 0) LOOP
+  IF v_n = 0 THEN
+    RETURN;
+  END IF;
+  SELECT array_agg(a.id ORDER BY a.id), array_agg(a.balance ORDER BY a.id),
+      array_agg(a.min_balance ORDER BY a.id), array_agg(a.currency ORDER BY a.id),
+      array_agg(a.locked ORDER BY a.id)
+    INTO a_id, a_bal, a_min, a_cur, a_locked
+    FROM (SELECT * FROM saga_accounts WHERE id IN (SELECT unnest(p_account))
+            ORDER BY id FOR UPDATE) a;
+  a_bal0 := a_bal;
+  -- A pair is named by its first leg: pair slots are leg positions.
+  SELECT array_agg(s.k ORDER BY u.n), array_agg(u.first ORDER BY u.n)
+    INTO l_acc, l_pair
+    FROM (SELECT x.n, x.acc, min(x.n) OVER (PARTITION BY x.tr, x.acc)::integer AS first
+            FROM unnest(p_transfer, p_account) WITH ORDINALITY AS x(tr, acc, n)) u
+    LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
+  -- What the journal and the voids hold for each pair, one index range of
+  -- each per pair; a pair only released needs neither. The pending list is
+  -- not read: it is written as the pair's last leg leaves it.
+  q_need := array_fill(false, ARRAY[v_n]);
+  FOR i IN 1 .. v_n LOOP
+    q := l_pair[i];
+    IF q = i THEN
+      q_tr[q] := p_transfer[i];
+      q_acc[q] := p_account[i];
+    END IF;
+    IF p_op[i] <> 'release' THEN
+      q_need[q] := true;
+    END IF;
+  END LOOP;
+  SELECT array_agg(x.debit ORDER BY x.n), array_agg(coalesce(x.credit, false) ORDER BY x.n),
+      array_agg(coalesce(x.rev, false) ORDER BY x.n),
+      array_agg(coalesce(x.vdebit, false) ORDER BY x.n),
+      array_agg(coalesce(x.vcredit, false) ORDER BY x.n)
+    INTO q_debit, q_credit, q_rev, q_vdebit, q_vcredit
+    FROM (SELECT y.n, j.debit, j.credit, j.rev, v.vdebit, v.vcredit
+            FROM unnest(q_tr, q_acc, q_need) WITH ORDINALITY AS y(tr, acc, need, n)
+            LEFT JOIN LATERAL (
+              SELECT max(p.amount) FILTER (WHERE p.kind = 'debit') AS debit,
+                  bool_or(p.kind = 'credit') AS credit, bool_or(p.kind = 'reverse_debit') AS rev
+                FROM saga_postings p
+                WHERE y.need AND p.transfer_id = y.tr AND p.account_id = y.acc) j ON true
+            LEFT JOIN LATERAL (
+              SELECT bool_or(w.kind = 'debit') AS vdebit, bool_or(w.kind = 'credit') AS vcredit
+                FROM saga_leg_voids w
+                WHERE y.need AND w.transfer_id = y.tr AND w.account_id = y.acc) v ON true) x;
+  q_vdebit0 := q_vdebit;
+  q_vcredit0 := q_vcredit;
+  q_pend := array_fill(NULL::boolean, ARRAY[v_n]);
+
+  FOR i IN 1 .. v_n LOOP
+    k := l_acc[i];
+    q := l_pair[i];
     o_status := NULL;
     o_reason := NULL;
     o_currency := '';
-    SELECT * INTO a FROM saga_accounts WHERE id = p_account[i];  -- all NULL when missing
     CASE p_op[i]
     WHEN 'debit', 'credit' THEN
-      o_currency := coalesce(a.currency, '');
-      IF EXISTS (SELECT 1 FROM saga_leg_voids v WHERE v.transfer_id = p_transfer[i]
-                   AND v.account_id = p_account[i] AND v.kind = p_op[i]) THEN
+      v_debit := p_op[i] = 'debit';
+      o_currency := coalesce(a_cur[k], '');
+      IF (v_debit AND q_vdebit[q]) OR (NOT v_debit AND q_vcredit[q]) THEN
         o_status := 'voided';
-      ELSIF EXISTS (SELECT 1 FROM saga_postings p WHERE p.transfer_id = p_transfer[i]
-                      AND p.account_id = p_account[i] AND p.kind = p_op[i]) THEN
+      ELSIF (v_debit AND q_debit[q] IS NOT NULL) OR (NOT v_debit AND q_credit[q]) THEN
         o_status := 'already_posted';
-      ELSIF a.id IS NULL THEN
+      ELSIF k IS NULL THEN
         o_status := 'refused'; o_reason := 'unknown_account';
-      ELSIF a.locked THEN
+      ELSIF a_locked[k] THEN
         o_status := 'refused'; o_reason := 'account_locked';
-      ELSIF p_currency[i] <> '' AND a.currency <> '' AND a.currency <> p_currency[i] THEN
+      ELSIF p_currency[i] <> '' AND a_cur[k] <> '' AND a_cur[k] <> p_currency[i] THEN
         o_status := 'refused'; o_reason := 'currency_mismatch';
       -- numeric: no bigint overflow while checking; an underflow is insufficient.
-      ELSIF p_op[i] = 'debit' AND a.balance::numeric - p_amount[i] < a.min_balance THEN
+      ELSIF v_debit AND a_bal[k]::numeric - p_amount[i] < a_min[k] THEN
         o_status := 'refused'; o_reason := 'insufficient_funds';
-      ELSIF p_op[i] = 'credit' AND a.balance::numeric + p_amount[i] > 9223372036854775807 THEN
+      ELSIF NOT v_debit AND a_bal[k]::numeric + p_amount[i] > c_max THEN
         o_status := 'refused'; o_reason := 'overflow';
       ELSE
-        INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
-          VALUES (p_transfer[i], p_account[i], p_op[i], p_amount[i], v_now)
-          ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-          UPDATE saga_accounts
-            SET balance = CASE WHEN p_op[i] = 'debit' THEN balance - p_amount[i]
-                               ELSE balance + p_amount[i] END
-            WHERE id = p_account[i];
-          INSERT INTO saga_pending (account_id, transfer_id)
-            VALUES (p_account[i], p_transfer[i]) ON CONFLICT DO NOTHING;
-          o_status := 'posted';
+        w_n := w_n + 1;
+        w_tr[w_n] := p_transfer[i];
+        w_acc[w_n] := p_account[i];
+        w_kind[w_n] := p_op[i];
+        w_amount[w_n] := p_amount[i];
+        IF v_debit THEN
+          a_bal[k] := a_bal[k] - p_amount[i];
+          q_debit[q] := p_amount[i];
         ELSE
-          o_status := 'already_posted';
+          a_bal[k] := a_bal[k] + p_amount[i];
+          q_credit[q] := true;
         END IF;
+        q_pend[q] := true;
+        v_pend_added := true;
+        o_status := 'posted';
       END IF;
     WHEN 'cancel_debit' THEN
-      o_currency := coalesce(a.currency, '');
-      SELECT p.amount INTO v_amount FROM saga_postings p WHERE p.transfer_id = p_transfer[i]
-        AND p.account_id = p_account[i] AND p.kind = 'debit';
-      IF NOT FOUND THEN
-        INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
-          VALUES (p_transfer[i], p_account[i], 'debit', v_now) ON CONFLICT DO NOTHING;
+      o_currency := coalesce(a_cur[k], '');
+      v_amount := q_debit[q];
+      IF v_amount IS NULL THEN
+        q_vdebit[q] := true;
+        v_voided := true;
         o_status := 'voided';
       ELSE
         -- Reverse exactly what was posted, once.
-        INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
-          VALUES (p_transfer[i], p_account[i], 'reverse_debit', v_amount, v_now)
-          ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-          IF a.balance::numeric + v_amount > 9223372036854775807 THEN
+        IF NOT q_rev[q] THEN
+          IF k IS NULL THEN
+            RAISE EXCEPTION 'transfer % has a debit on account %, which does not exist',
+              p_transfer[i], p_account[i];
+          END IF;
+          IF a_bal[k]::numeric + v_amount > c_max THEN
             RAISE EXCEPTION 'reversing the debit of transfer % would overflow account %',
               p_transfer[i], p_account[i];
           END IF;
-          UPDATE saga_accounts SET balance = balance + v_amount WHERE id = p_account[i];
-          DELETE FROM saga_pending WHERE account_id = p_account[i]
-            AND transfer_id = p_transfer[i];
+          w_n := w_n + 1;
+          w_tr[w_n] := p_transfer[i];
+          w_acc[w_n] := p_account[i];
+          w_kind[w_n] := 'reverse_debit';
+          w_amount[w_n] := v_amount;
+          a_bal[k] := a_bal[k] + v_amount;
+          q_rev[q] := true;
+          q_pend[q] := false;
+          v_pend_dropped := true;
         END IF;
         o_status := 'reversed';
       END IF;
     WHEN 'cancel_credit' THEN
-      IF EXISTS (SELECT 1 FROM saga_postings p WHERE p.transfer_id = p_transfer[i]
-                   AND p.account_id = p_account[i] AND p.kind = 'credit') THEN
+      IF q_credit[q] THEN
         o_status := 'credit_posted';
       ELSE
-        INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
-          VALUES (p_transfer[i], p_account[i], 'credit', v_now) ON CONFLICT DO NOTHING;
+        q_vcredit[q] := true;
+        v_voided := true;
         o_status := 'voided';
       END IF;
     WHEN 'release' THEN
-      DELETE FROM saga_pending WHERE account_id = p_account[i] AND transfer_id = p_transfer[i];
+      q_pend[q] := false;
+      v_pend_dropped := true;
       o_status := 'released';
     ELSE
       RAISE EXCEPTION 'unknown leg operation %', p_op[i];
     END CASE;
     RETURN NEXT;
   END LOOP;
+
+  IF w_n > 0 THEN
+    INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
+      SELECT w.tr, w.acc, w.kind, w.amount, v_now
+        FROM unnest(w_tr, w_acc, w_kind, w_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
+        ORDER BY w.n;
+    UPDATE saga_accounts a SET balance = s.bal
+      FROM unnest(a_id, a_bal, a_bal0) AS s(id, bal, bal0)
+      WHERE a.id = s.id AND s.bal <> s.bal0;
+  END IF;
+  IF v_pend_added THEN
+    INSERT INTO saga_pending (account_id, transfer_id)
+      SELECT x.acc, x.tr FROM unnest(q_tr, q_acc, q_pend) AS x(tr, acc, pend)
+        WHERE x.pend
+      ON CONFLICT DO NOTHING;
+  END IF;
+  IF v_pend_dropped THEN
+    DELETE FROM saga_pending e
+      USING unnest(q_tr, q_acc, q_pend) AS x(tr, acc, pend)
+      WHERE NOT x.pend AND e.account_id = x.acc AND e.transfer_id = x.tr;
+  END IF;
+  IF v_voided THEN
+    INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
+      SELECT x.tr, x.acc, 'debit', v_now
+          FROM unnest(q_tr, q_acc, q_vdebit, q_vdebit0) AS x(tr, acc, v, v0)
+          WHERE x.v AND NOT x.v0
+        UNION ALL
+        SELECT x.tr, x.acc, 'credit', v_now
+          FROM unnest(q_tr, q_acc, q_vcredit, q_vcredit0) AS x(tr, acc, v, v0)
+          WHERE x.v AND NOT x.v0
+      ON CONFLICT DO NOTHING;
+  END IF;
 END $$;
 
 -- All or nothing: returns the first id that exists already or is named
 -- twice (nothing inserted), NULL once every account is inserted.
-CREATE FUNCTION saga_create_accounts(p_id text[], p_balance bigint[], p_min_balance bigint[],
-    p_currency text[], p_locked boolean[])
+CREATE OR REPLACE FUNCTION saga_create_accounts(p_id text[], p_balance bigint[],
+    p_min_balance bigint[], p_currency text[], p_locked boolean[])
   RETURNS text LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_clash text;
@@ -354,7 +527,15 @@ constexpr std::array<Statement, kSqlCount> kStatements = {{
      "$5::boolean[])"},
     {"saga_load_account", "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_accounts WHERE id = $1"},
     {"saga_load_accounts",
-     "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_accounts WHERE id = ANY ($1::text[])"},
+     "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_accounts WHERE id = ANY (SELECT unnest($1::text[]))"},
+    // Inside a batch transaction (a scope) the planning read also locks the
+    // batch's accounts, all at once and in one order: the legs that follow
+    // lock subsets of them, so two batches never wait on each other's
+    // accounts in opposite orders (a deadlock), and the plan sees the
+    // balances the legs will.
+    {"saga_load_accounts_locked",
+     "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_accounts WHERE id = ANY (SELECT unnest($1::text[])) "
+     "ORDER BY id FOR UPDATE"},
     {"saga_set_locked", "UPDATE saga_accounts SET locked = $2 WHERE id = $1"},
     {"saga_postings_for_transfer",
      "SELECT " SAGA_POSTING_COLUMNS " FROM saga_postings WHERE transfer_id = $1 ORDER BY seq"},
@@ -371,6 +552,8 @@ constexpr std::array<Statement, kSqlCount> kStatements = {{
 }  // namespace
 
 std::span<const std::string_view> migrations() { return kMigrations; }
+
+std::string_view functions() { return kFunctions; }
 
 const Statement& statement(Sql s) { return kStatements[static_cast<std::size_t>(s)]; }
 

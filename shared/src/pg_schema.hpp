@@ -18,6 +18,10 @@ extern const std::string_view kCreateMeta;
 // is run inside the init transaction, after the advisory lock.
 std::span<const std::string_view> migrations();
 
+// The functions (CREATE OR REPLACE, same signatures across versions), run by
+// every `init_schema` after the migrations, inside the same transaction.
+std::string_view functions();
+
 // Prepared statements, by name. The SQL names tables unqualified so that a
 // URL's search_path (options=-csearch_path=...) picks the schema.
 enum class Sql : std::uint8_t {
@@ -37,6 +41,7 @@ enum class Sql : std::uint8_t {
   create_accounts,
   load_account,
   load_accounts,
+  load_accounts_locked,
   set_locked,
   postings_for_transfer,
   postings_for_account,
@@ -45,7 +50,7 @@ enum class Sql : std::uint8_t {
   scan_postings,
   scan_pending,
 };
-inline constexpr std::size_t kSqlCount = 23;
+inline constexpr std::size_t kSqlCount = 24;
 
 struct Statement {
   const char* name;  // prepared statement name

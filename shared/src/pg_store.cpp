@@ -2,10 +2,13 @@
 //
 // One connection per Store (a Store is single-threaded by contract), lost
 // connections re-established on the next call with capped exponential
-// backoff. Every batch call is one prepared statement, so one round trip and
-// one transaction: the batch travels as arrays and a PL/pgSQL function
-// (pg_schema.cpp) applies its records in input order and returns one row per
-// record. The store's clock is the server's (clock_timestamp()).
+// backoff. Every batch call is one prepared statement, so one round trip: the
+// batch travels as arrays and a PL/pgSQL function (pg_schema.cpp) applies its
+// records in input order, a few set-based statements per batch, and returns
+// one row per record. Outside a scope each call is its own transaction;
+// inside one (begin_scope .. end_scope) every call runs in the scope's
+// transaction, and one COMMIT makes the whole batch durable. The store's
+// clock is the server's (clock_timestamp()).
 #include "sagapool/pg_store.hpp"
 
 #include <libpq-fe.h>
@@ -162,6 +165,7 @@ class PgStore final : public Store {
   // ---- schema and topology ------------------------------------------------
 
   Status init_schema() override {
+    if (scope_ != Scope::none) return fatal("init schema: not possible inside a batch transaction");
     if (Status s = simple("BEGIN", "init schema"); !s) return s;
     Transaction tx(*this);
     if (Status s =
@@ -181,7 +185,6 @@ class PgStore final : public Store {
       return fatal("schema version " + std::to_string(version) + " is newer than this build's (" +
                    std::to_string(kSchemaVersion) + "); run a newer sagapool");
     }
-    if (version == kSchemaVersion) return tx.commit();
     const auto steps = pg::migrations();
     for (auto v = static_cast<std::size_t>(version); v < steps.size(); ++v) {
       if (Status s = simple(std::string(steps[v]),
@@ -189,13 +192,18 @@ class PgStore final : public Store {
           !s)
         return s;
     }
-    if (Status s = simple("INSERT INTO saga_meta (singleton, schema_version) VALUES (true, " +
-                              std::to_string(kSchemaVersion) +
-                              ") ON CONFLICT (singleton) DO UPDATE SET schema_version = "
-                              "EXCLUDED.schema_version",
-                          "init schema: record version");
-        !s)
-      return s;
+    // The functions are (re)installed every time: a store at the current
+    // version gets this build's code too.
+    if (Status s = simple(std::string(pg::functions()), "init schema: functions"); !s) return s;
+    if (version != kSchemaVersion) {
+      if (Status s = simple("INSERT INTO saga_meta (singleton, schema_version) VALUES (true, " +
+                                std::to_string(kSchemaVersion) +
+                                ") ON CONFLICT (singleton) DO UPDATE SET schema_version = "
+                                "EXCLUDED.schema_version",
+                            "init schema: record version");
+          !s)
+        return s;
+    }
     if (Status s = tx.commit(); !s) return s;
     // Plans prepared against the old schema are dropped with the statements.
     if (Status s = simple("DEALLOCATE ALL", "init schema"); !s) return s;
@@ -234,6 +242,48 @@ class PgStore final : public Store {
       return fatal("write topology: the schema is not initialised (run `sagactl init`)");
     }
     return Status::ok();
+  }
+
+  // ---- batch transactions (scopes) -------------------------------------------
+
+  // One transaction around all the calls of a batch (store.hpp): one commit
+  // instead of one per call. READ COMMITTED whatever the server's default:
+  // the functions rely on each statement seeing what was committed before it
+  // started (after a lock wait in particular). Inside a scope nothing
+  // reconnects or retries on its own: a failed call, a lost connection or a
+  // dead transaction fails every later call of the scope without touching
+  // the server (so a call can never run outside the transaction, and never
+  // half a batch is committed), and end_scope(false) rolls back.
+  bool supports_scope() const noexcept override { return true; }
+
+  Status begin_scope() override {
+    if (scope_ != Scope::none) return fatal("begin scope: a scope is already open");
+    if (Status s = simple("BEGIN ISOLATION LEVEL READ COMMITTED", "begin scope"); !s) return s;
+    scope_ = Scope::open;
+    return Status::ok();
+  }
+
+  Status end_scope(bool commit) override {
+    const Scope was = scope_;
+    scope_ = Scope::none;
+    if (was == Scope::none) {
+      return commit ? fatal("end scope: no scope is open") : Status::ok();
+    }
+    if (!commit || was == Scope::failed) {
+      rollback();
+      if (!commit) return Status::ok();
+      return Status::retry_stage("postgresql " + display_ +
+                                 ": a call inside the batch transaction failed; rolled back");
+    }
+    if (conn_ == nullptr || PQtransactionStatus(conn_.get()) != PQTRANS_INTRANS) {
+      rollback();
+      return Status::retry_stage("postgresql " + display_ +
+                                 ": the batch transaction was lost before COMMIT; rolled back");
+    }
+    // A connection lost during COMMIT leaves its outcome unknown: the caller
+    // runs the batch again, which finds what did commit (duplicates, posted
+    // legs) and repeats nothing.
+    return simple("COMMIT", "commit batch transaction");
   }
 
   Status now_ms(std::int64_t& out) override {
@@ -284,6 +334,9 @@ class PgStore final : public Store {
         results[i] = InsertResult::duplicate;
       else if (v == "2")
         results[i] = InsertResult::conflict;
+      else if (v == "-1")
+        return fatal("insert transfers: transfer " + std::string(batch[i].request.id) +
+                     " vanished during the insert");
       else
         return fatal("insert transfers: unexpected result " + std::string(v));
     }
@@ -495,7 +548,8 @@ class PgStore final : public Store {
     Params p;
     if (!add_array(p, std::move(array))) return nul_byte("load accounts");
     ResultPtr r;
-    if (Status s = run(Sql::load_accounts, p, r, "load accounts"); !s) return s;
+    const Sql sql = scope_ == Scope::none ? Sql::load_accounts : Sql::load_accounts_locked;
+    if (Status s = run(sql, p, r, "load accounts"); !s) return s;
     std::unordered_map<std::string_view, std::size_t> row_of;  // views into r
     for (int row = 0; row < PQntuples(r.get()); ++row) {
       row_of.emplace(pg::value(r.get(), row, 0), static_cast<std::size_t>(row));
@@ -719,7 +773,9 @@ class PgStore final : public Store {
     const std::string_view state = pg::sqlstate_of(r);
     std::string message =
         "postgresql " + display_ + ": " + op + ": " + pg::describe(r, conn_.get());
-    switch (pg::classify(state, bad, on_unique == OnUnique::retry)) {
+    const pg::Failure failure = pg::classify(state, bad, on_unique == OnUnique::retry);
+    if (scope_ != Scope::none) return scope_failure(failure, std::move(message));
+    switch (failure) {
       case pg::Failure::connection: {
         spdlog::warn("{}; reconnecting", message);
         conn_.reset();
@@ -748,11 +804,64 @@ class PgStore final : public Store {
     return Status::fatal(message);
   }
 
-  Status guard_reentry(const std::string& op) const {
+  // Inside a scope the whole transaction is gone with any failure: nothing
+  // is retried or reconnected here, the scope is marked failed (every later
+  // call fails at once) and the caller rolls back and runs the batch again.
+  Status scope_failure(pg::Failure failure, std::string message) {
+    scope_ = Scope::failed;
+    switch (failure) {
+      case pg::Failure::connection:
+        conn_.reset();  // the next call outside the scope reconnects
+        backoff_ = std::chrono::milliseconds(0);
+        next_connect_at_ = Clock::time_point();
+        return Status::retry_stage(message + " (inside a batch transaction: nothing of it was "
+                                             "committed)");
+      case pg::Failure::retry_call:
+      case pg::Failure::retry_stage:
+      case pg::Failure::already_applied:
+        return Status::retry_stage(message + " (the batch transaction is rolled back)");
+      case pg::Failure::fatal:
+        if (message.find("SQLSTATE 42P01") != std::string::npos ||
+            message.find("SQLSTATE 42883") != std::string::npos) {
+          message += " (is the schema initialised? run `sagactl init`)";
+        }
+        return Status::fatal(message);
+    }
+    return Status::fatal(message);
+  }
+
+  // Before every statement: not from inside a scan, and inside a scope only
+  // on the scope's own, healthy transaction (a connection re-established
+  // since BEGIN would run the statement on its own, outside the batch).
+  Status guard_reentry(const std::string& op) {
     if (in_scan_) {
       return fatal(op + ": called from inside a scan callback; the connection is busy streaming");
     }
+    if (scope_ == Scope::failed) {
+      return Status::retry_stage("postgresql " + display_ + ": " + op +
+                                 ": the batch transaction failed earlier; end it first");
+    }
+    if (scope_ == Scope::open &&
+        (conn_ == nullptr || PQstatus(conn_.get()) != CONNECTION_OK ||
+         PQtransactionStatus(conn_.get()) != PQTRANS_INTRANS)) {
+      scope_ = Scope::failed;
+      return Status::retry_stage("postgresql " + display_ + ": " + op +
+                                 ": the batch transaction was lost (connection or server)");
+    }
     return Status::ok();
+  }
+
+  // Ends whatever transaction the connection is in; a dead link has none.
+  void rollback() {
+    if (conn_ == nullptr || PQstatus(conn_.get()) != CONNECTION_OK) return;
+    if (PQtransactionStatus(conn_.get()) == PQTRANS_IDLE) return;
+    ResultPtr r(PQexec(conn_.get(), "ROLLBACK"));
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+      // Cannot tell what state the session is in: start afresh.
+      spdlog::warn("postgresql {}: rollback failed ({}); reconnecting", display_,
+                   pg::describe(r.get(), conn_.get()));
+      conn_.reset();
+    }
   }
 
   Status ensure_prepared(Sql sql) {
@@ -878,6 +987,8 @@ class PgStore final : public Store {
   Clock::time_point next_connect_at_{};
   std::string last_connect_error_;
   bool in_scan_ = false;
+  enum class Scope : std::uint8_t { none, open, failed };
+  Scope scope_ = Scope::none;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The conformance suite on PostgreSQL (label `integration`), plus what only
 // this backend has: connection handling, secrets, schema versions, one
 // transaction per batch call.
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -388,6 +389,161 @@ TEST(PgStore, AgreesWithTheSqliteBackendOnRandomBatches) {
   EXPECT_EQ(std::get<1>(a), std::get<1>(b));
   EXPECT_EQ(std::get<2>(a), std::get<2>(b));
   EXPECT_GT(std::get<1>(a).size(), 30U);
+}
+
+
+// ---- batch transactions (scopes) -------------------------------------------
+
+Account scope_account(const std::string& id, std::int64_t balance) {
+  return Account{id, balance, balance, 0, "", false};
+}
+
+std::int64_t pg_balance(Store& s, const std::string& id) {
+  std::optional<Account> a;
+  EXPECT_TRUE(s.load_account(id, a).is_ok());
+  return a ? a->balance : -1;
+}
+
+// A scope is one transaction: every call inside it takes no transaction
+// id of its own, and other sessions see nothing until the commit.
+TEST(PgStore, AScopeIsOneTransactionInvisibleUntilCommitted) {
+  PgServer& server = shared_pg_server();
+  const std::string db = unique_name("scope_one_tx");
+  auto s = open_initialised(server.create_database(db));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->supports_scope());
+  const Account accounts[] = {scope_account("a", 1000), scope_account("b", 0)};
+  SAGA_ASSERT_OK(s->create_accounts(accounts));
+  const auto xid = [&] {
+    return std::stoll(psql_value(server, db, "SELECT pg_current_xact_id()::text"));
+  };
+  const long long before = xid();
+  SAGA_ASSERT_OK(s->begin_scope());
+  const TransferSpec t = spec("t-1", "a", "b", 300);
+  const NewTransfer n = t.to_new();
+  InsertResult inserted{};
+  SAGA_ASSERT_OK(s->insert_transfers(std::span(&n, 1), "w1", 60'000, std::span(&inserted, 1)));
+  ASSERT_EQ(inserted, InsertResult::inserted);
+  const LegRequest legs[] = {{LegOp::debit, "t-1", "a", 300, ""}, {LegOp::credit, "t-1", "b", 300, ""}};
+  LegResult results[2];
+  SAGA_ASSERT_OK(s->apply_legs(legs, results));
+  EXPECT_EQ(results[0].status, LegStatus::posted);
+  EXPECT_EQ(results[1].status, LegStatus::posted);
+  const Transition done{"t-1", TransferState::initial, TransferState::done, Reason::none, "w1", 1};
+  std::uint8_t applied = 0;
+  SAGA_ASSERT_OK(s->transition(std::span(&done, 1), 60'000, std::span(&applied, 1)));
+  EXPECT_EQ(applied, 1);
+  // Not visible outside the scope yet.
+  EXPECT_EQ(psql_value(server, db, "SELECT count(*) FROM saga_transfers"), "0");
+  EXPECT_EQ(psql_value(server, db, "SELECT balance FROM saga_accounts WHERE id = 'a'"), "1000");
+  SAGA_ASSERT_OK(s->end_scope(true));
+  // One id for the whole scope, one for psql's own read of the counter.
+  EXPECT_EQ(xid(), before + 2);
+  EXPECT_EQ(psql_value(server, db, "SELECT state FROM saga_transfers"), "done");
+  EXPECT_EQ(pg_balance(*s, "a"), 700);
+  EXPECT_EQ(pg_balance(*s, "b"), 300);
+}
+
+// Leases are measured on the clock when they are written, not at the start
+// of a long batch transaction (clock_timestamp(), not now()).
+TEST(PgStore, LeasesInsideALongScopeUseTheCurrentClock) {
+  PgServer& server = shared_pg_server();
+  auto s = open_initialised(server.create_database(unique_name("scope_clock")));
+  ASSERT_NE(s, nullptr);
+  std::int64_t start = 0;
+  SAGA_ASSERT_OK(s->begin_scope());
+  SAGA_ASSERT_OK(s->now_ms(start));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const TransferSpec t = spec("t-1");
+  const NewTransfer n = t.to_new();
+  InsertResult inserted{};
+  SAGA_ASSERT_OK(s->insert_transfers(std::span(&n, 1), "w1", 5'000, std::span(&inserted, 1)));
+  std::optional<TransferDoc> d;
+  SAGA_ASSERT_OK(s->load_transfer("t-1", d));
+  SAGA_ASSERT_OK(s->end_scope(true));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_GE(d->created_at_ms, start + 1000);
+  EXPECT_EQ(d->lease_until_ms, d->created_at_ms + 5'000);
+}
+
+// A connection lost inside a scope: that call and every later one fail as
+// transient without running anywhere (never outside the transaction), the
+// scope cannot commit, nothing of it is stored, and the store reconnects
+// for the next batch.
+TEST(PgStore, AConnectionLostInsideAScopeFailsTheWholeBatch) {
+  PgServer& server = shared_pg_server();
+  const std::string db = unique_name("scope_lost");
+  auto s = open_initialised(server.create_database(db));
+  ASSERT_NE(s, nullptr);
+  const Account accounts[] = {scope_account("a", 1000), scope_account("b", 0)};
+  SAGA_ASSERT_OK(s->create_accounts(accounts));
+  for (const bool try_commit : {false, true}) {
+    SCOPED_TRACE(try_commit ? "end_scope(true)" : "end_scope(false)");
+    SAGA_ASSERT_OK(s->begin_scope());
+    const LegRequest debit{LegOp::debit, try_commit ? "t-2" : "t-1", "a", 100, ""};
+    LegResult r;
+    SAGA_ASSERT_OK(s->apply_legs(std::span(&debit, 1), std::span(&r, 1)));
+    EXPECT_EQ(r.status, LegStatus::posted);
+    ASSERT_EQ(server.psql(db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                              "datname = current_database() AND pid <> pg_backend_pid()")
+                  .exit_code,
+              0);
+    const LegRequest credit{LegOp::credit, debit.transfer_id, "b", 100, ""};
+    Status st = s->apply_legs(std::span(&credit, 1), std::span(&r, 1));
+    EXPECT_EQ(st.kind(), ErrorKind::retry_stage) << st.message();
+    st = s->apply_legs(std::span(&credit, 1), std::span(&r, 1));
+    EXPECT_EQ(st.kind(), ErrorKind::retry_stage) << st.message();
+    st = s->end_scope(try_commit);
+    if (try_commit) {
+      EXPECT_TRUE(st.is_transient()) << st.message();
+    } else {
+      SAGA_EXPECT_OK(st);
+    }
+    EXPECT_EQ(pg_balance(*s, "a"), 1000);  // reconnected; nothing was committed
+    EXPECT_EQ(pg_balance(*s, "b"), 0);
+    EXPECT_EQ(psql_value(server, db, "SELECT count(*) FROM saga_postings"), "0");
+  }
+}
+
+// A statement that fails inside a scope aborts the transaction: later calls
+// fail at once (not as "current transaction is aborted", which would read as
+// fatal), the scope cannot commit, and after end_scope(false) the store is
+// usable and the first part of the batch is gone.
+TEST(PgStore, AFailedCallInsideAScopeFailsTheLaterCallsAndTheCommit) {
+  PgServer& server = shared_pg_server();
+  const std::string db = unique_name("scope_failed");
+  auto s = open_initialised(server.create_database(db));
+  ASSERT_NE(s, nullptr);
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const Account accounts[] = {scope_account("a", 1000), scope_account("b", 0),
+                              scope_account("c", kMax - 50)};
+  SAGA_ASSERT_OK(s->create_accounts(accounts));
+  SAGA_ASSERT_OK(s->begin_scope());
+  const LegRequest debit{LegOp::debit, "t-1", "a", 100, ""};
+  LegResult r;
+  SAGA_ASSERT_OK(s->apply_legs(std::span(&debit, 1), std::span(&r, 1)));
+  // A server-side error: reversing a debit of an account credited to the
+  // brim since raises (an exception in saga_apply_legs).
+  const LegRequest brim[] = {{LegOp::debit, "t-2", "c", 100, ""},
+                             {LegOp::credit, "t-3", "c", 150, ""}};
+  LegResult brim_results[2];
+  SAGA_ASSERT_OK(s->apply_legs(brim, brim_results));
+  ASSERT_EQ(brim_results[1].status, LegStatus::posted);
+  const LegRequest reverse{LegOp::cancel_debit, "t-2", "c", 100, ""};
+  Status st = s->apply_legs(std::span(&reverse, 1), std::span(&r, 1));
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_TRUE(contains(st.message(), "overflow")) << st.message();
+  st = s->apply_legs(std::span(&debit, 1), std::span(&r, 1));
+  EXPECT_EQ(st.kind(), ErrorKind::retry_stage) << st.message();
+  st = s->end_scope(true);
+  EXPECT_EQ(st.kind(), ErrorKind::retry_stage) << st.message();
+  EXPECT_EQ(pg_balance(*s, "a"), 1000);
+  // The same batch again commits as if for the first time.
+  SAGA_ASSERT_OK(s->begin_scope());
+  SAGA_ASSERT_OK(s->apply_legs(std::span(&debit, 1), std::span(&r, 1)));
+  EXPECT_EQ(r.status, LegStatus::posted);
+  SAGA_ASSERT_OK(s->end_scope(true));
+  EXPECT_EQ(pg_balance(*s, "a"), 900);
 }
 
 }  // namespace
