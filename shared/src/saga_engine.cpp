@@ -251,7 +251,7 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
   for (auto& [id, a] : accounts_) {
     a.write_balance = a.balance;
     a.sequential_balance = a.balance;
-    a.blocked = a.no_debits = a.no_credits = false;
+    a.blocked = a.no_debits = false;
     a.credited = a.reversed = 0;
   }
   for (std::size_t i : pending_) {
@@ -262,7 +262,7 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
       deferred_.push_back(i);
       src.blocked = dst.blocked = true;
     };
-    if (src.blocked || dst.blocked || src.no_debits || dst.no_credits) {
+    if (src.blocked || dst.blocked || src.no_debits) {
       defer();
       continue;
     }
@@ -290,7 +290,7 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
     // credits. Near INT64_MAX that order can change an outcome: a credit
     // refused for overflow one by one could fit after a later debit, and a
     // reversal could overflow after the wave's credits. Such a transfer waits
-    // for a wave it starts; once planned, it pins the balance it relies on.
+    // for a later wave (where, first on its accounts, it always fits).
     constexpr WideAmount kMax = INT64_MAX;
     const std::string& currency = it.currency.empty() ? src.currency : it.currency;
     const bool credit_accepted = dst.exists && !dst.locked &&
@@ -302,8 +302,12 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
       continue;
     }
     const bool credit_ok = credit_accepted && credit_fits;
-    if (!credit_ok &&
-        static_cast<WideAmount>(write_next) + src.credited + src.reversed + it.amount > kMax) {
+    // Every account keeps room for the reversals planned on it whatever
+    // lands before them: after the wave's debits, its credits and reversals
+    // so far stay within INT64_MAX.
+    AccountSnap& grows = credit_ok ? dst : src;
+    const std::int64_t base = credit_ok ? dst.write_balance : write_next;
+    if (static_cast<WideAmount>(base) + grows.credited + grows.reversed + it.amount > kMax) {
       defer();
       continue;
     }
@@ -316,8 +320,7 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
     } else {
       src.sequential_balance += it.amount;  // one by one, reversed at once
       src.reversed += it.amount;
-      src.no_credits = true;
-      if (credit_accepted) dst.no_debits = true;
+      if (credit_accepted) dst.no_debits = true;  // refused for overflow
     }
   }
 }

@@ -95,8 +95,7 @@ class SagaEngine {
     bool exists = false;
     bool locked = false;
     bool blocked = false;     // touched by a deferred transfer in this wave
-    bool no_debits = false;   // a refused-for-overflow credit counts on its balance
-    bool no_credits = false;  // a reversal lands after the wave's credits
+    bool no_debits = false;  // a refused-for-overflow credit counts on its balance
     std::int64_t balance = 0;
     std::int64_t min_balance = 0;
     std::int64_t write_balance = 0;       // as the wave's debits will see it
