@@ -1,6 +1,10 @@
 // Bad configuration gives one clear line and a non-zero exit.
 #include <gtest/gtest.h>
 
+#include <csignal>
+
+#include "http_get.hpp"
+#include "kafka_client.hpp"
 #include "process.hpp"
 #include "sagapool/ledger.hpp"
 
@@ -68,6 +72,55 @@ TEST(WorkerCli, UnreachableBrokerIsOneClearLine) {
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("no Kafka broker answered at 127.0.0.1:1"), std::string::npos) << r.output;
   EXPECT_EQ(lines(r.output), 1) << r.output;
+}
+
+// librdkafka's consumer close waits for brokers without a deadline (a
+// worker once took 16 minutes to stop in a benchmark); the worker must still
+// leave within --drain-timeout (+ 10 s grace) of SIGTERM.
+TEST(WorkerCli, SigtermWithTheBrokerGoneStillExits) {
+  TempDir dir;
+  const std::string store = "sqlite:" + (dir / "l.db").string();
+  std::unique_ptr<Ledger> ledger;
+  ASSERT_TRUE(Ledger::open({store}, ledger).is_ok());
+  ASSERT_TRUE(ledger->init().is_ok());
+  Broker broker = Broker::start(dir, 2);
+  const int port = free_loopback_port();
+  Process w = Process::start({bin("saga-worker").string(), "--brokers", broker.bootstrap(), "--group",
+                              "g", "--store", store, "--drain-timeout", "2s", "--metrics-addr",
+                              "127.0.0.1:" + std::to_string(port)},
+                             dir / "worker.log");
+  ASSERT_TRUE(eventually([&] { return http_get(port, "/readyz").status == 200; }, 60s))
+      << read_file(dir / "worker.log");
+  // Work done, so the drain has offsets to commit and outcomes to flush.
+  Account a;
+  a.id = "a";
+  a.balance = a.opening_balance = 1000;
+  ASSERT_TRUE(ledger->shard_for("a").create_accounts({&a, 1}).is_ok());
+  std::vector<std::pair<std::string, std::string>> requests;
+  for (int i = 0; i < 20; ++i) {
+    requests.emplace_back("a", R"({"id":"t)" + std::to_string(i) + R"(","from":"a","to":"b","amount":1})");
+  }
+  produce(broker.bootstrap(), "transfers.requests", requests);
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::optional<TransferDoc> d;
+        return ledger->transfers().load_transfer("t19", d).is_ok() && d && is_terminal(d->state);
+      },
+      30s))
+      << read_file(dir / "worker.log");
+  broker.process().signal(SIGKILL);
+  ASSERT_TRUE(broker.process().wait(10s).has_value());
+  const auto sent = std::chrono::steady_clock::now();
+  w.signal(SIGTERM);
+  const std::optional<int> code = w.wait(40s);
+  ASSERT_TRUE(code.has_value()) << "still running 40 s after SIGTERM\n" << read_file(dir / "worker.log");
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, 2s + 10s + 5s);
+  const std::string log = read_file(dir / "worker.log");
+  // Either the drain finished (0) or the deadline cut it short (1, one line).
+  if (*code != 0) {
+    EXPECT_EQ(*code, 1);
+    EXPECT_NE(log.find("the drain did not finish within --drain-timeout"), std::string::npos) << log;
+  }
 }
 
 }  // namespace

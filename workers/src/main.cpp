@@ -7,8 +7,10 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "http_server.hpp"
 #include "probe.hpp"
@@ -185,6 +187,19 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+
+  // The drain is bounded by --drain-timeout, but librdkafka's consumer close
+  // and destroy wait for brokers without a deadline. Everything that matters
+  // is in the store by then, so past the deadline (and a grace) the worker
+  // leaves like a crash would: uncommitted offsets are consumed again and
+  // found as duplicates, unpublished outcomes are republished by recovery.
+  std::thread([deadline = o.drain_timeout + std::chrono::seconds(10)] {
+    while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(deadline);
+    std::fprintf(stderr, "saga-worker: the drain did not finish within --drain-timeout + 10s "
+                         "(a broker is unreachable?); exiting without leaving the group\n");
+    std::_Exit(1);
+  }).detach();
 
   spdlog::info("worker {} started: group {}, {} store(s), batch {}, lease {}ms", o.worker_id, o.group,
                stores.size(), o.batch_size, o.lease_ms);
