@@ -17,7 +17,9 @@ struct HttpReply {
   std::string body;
 };
 
-inline HttpReply http_get(int port, const std::string& target, int timeout_s = 5) {
+// GET http://ip:port/target (ip: an IPv4 address).
+inline HttpReply http_get_at(const std::string& ip, int port, const std::string& target,
+                             int timeout_s = 5) {
   HttpReply reply;
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return reply;
@@ -27,13 +29,16 @@ inline HttpReply http_get(int port, const std::string& target, int timeout_s = 5
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::inet_pton(AF_INET, ip.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    return reply;
+  }
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
     return reply;
   }
-  const std::string request = "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  const std::string request = "GET " + target + " HTTP/1.0\r\nHost: " + ip + "\r\nConnection: close\r\n\r\n";
   if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
     ::close(fd);
     return reply;
@@ -52,6 +57,10 @@ inline HttpReply http_get(int port, const std::string& target, int timeout_s = 5
   reply.status = status;
   reply.body = raw.substr(head_end + 4);
   return reply;
+}
+
+inline HttpReply http_get(int port, const std::string& target, int timeout_s = 5) {
+  return http_get_at("127.0.0.1", port, target, timeout_s);
 }
 
 // Percent-encodes a query parameter value.

@@ -148,38 +148,6 @@ bool connects(const std::string& ip, int port) {
   return ok;
 }
 
-// http_get (http_get.hpp) for any IPv4 address, not only 127.0.0.1.
-HttpReply http_get_at(const std::string& ip, int port, const std::string& target) {
-  HttpReply reply;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return reply;
-  timeval tv{};
-  tv.tv_sec = 5;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  ::inet_pton(AF_INET, ip.c_str(), &addr.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return reply;
-  }
-  const std::string request = "GET " + target + " HTTP/1.0\r\nHost: " + ip + "\r\n\r\n";
-  std::string raw;
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
-    char buf[16384];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  const std::size_t head_end = raw.find("\r\n\r\n");
-  int status = 0;
-  if (head_end == std::string::npos || std::sscanf(raw.c_str(), "HTTP/%*d.%*d %d", &status) != 1) return reply;
-  reply.status = status;
-  reply.body = raw.substr(head_end + 4);
-  return reply;
-}
-
 // Sum of the samples of `name` (any labels) whose label text holds `filter`.
 double metric_sum(const std::string& exposition, const std::string& name, const std::string& filter = "") {
   double total = 0;
