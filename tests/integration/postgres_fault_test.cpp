@@ -28,9 +28,14 @@ class PostgresFault : public ::testing::Test {
 
   void start(std::uint64_t seed) {
     transfers_ = cluster_.plan(kTransfers, seed);
-    // w0 serves /readyz; the others run without a listener.
+    // w0 serves /readyz; the others run without a listener. w0 joins first
+    // and holds partitions before the others come (sticky assignment keeps
+    // some with it); started together, one CI run saw w0 left without any.
     workers_.push_back(cluster_.start_worker("w0", "127.0.0.1:" + std::to_string(http_port_)));
+    ASSERT_TRUE(eventually([&] { return readyz() == 200; }, 30s))
+        << http_get(http_port_, "/readyz").body << read_file(cluster_.log_of("w0"));
     for (int i = 1; i < 3; ++i) workers_.push_back(cluster_.start_worker("w" + std::to_string(i)));
+    std::this_thread::sleep_for(3s);  // the others join; w0 gives some partitions up
     ASSERT_TRUE(eventually([&] { return readyz() == 200; }, 30s))
         << http_get(http_port_, "/readyz").body << read_file(cluster_.log_of("w0"));
     // Paced over ~10 s, so the faults land while requests still arrive.

@@ -72,7 +72,6 @@ class Consumer {
 
   KafkaHandle rk_;
   QueuePtr queue_;
-  std::vector<rd_kafka_message_t*> raw_;
   int assigned_ = 0;
   bool closed_ = false;
 };
