@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -37,14 +36,6 @@ namespace sagapool::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string random_hex(std::size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::random_device rd;
-  std::string out;
-  for (std::size_t i = 0; i < n; ++i) out.push_back(kDigits[rd() % 16]);
-  return out;
-}
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <random>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -22,14 +21,6 @@ namespace sagapool::test {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string random_hex(std::size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::random_device rd;
-  std::string out;
-  for (std::size_t i = 0; i < n; ++i) out.push_back(kDigits[rd() % 16]);
-  return out;
-}
 
 std::string tail(const std::string& s, std::size_t n = 4000) {
   return s.size() <= n ? s : s.substr(s.size() - n);

@@ -170,6 +170,14 @@ int free_loopback_port() {
   return port;
 }
 
+std::string random_hex(std::size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::random_device rd;
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(kDigits[rd() % 16]);
+  return out;
+}
+
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::ostringstream ss;

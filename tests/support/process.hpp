@@ -69,6 +69,9 @@ int free_loopback_port();
 // Reads a whole file ("" if missing).
 std::string read_file(const std::filesystem::path& p);
 
+// n random hex digits (names, passwords and markers for tests).
+std::string random_hex(std::size_t n);
+
 // Polls `pred` every 50 ms until it holds or `timeout` passes.
 template <typename Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout) {

@@ -1,0 +1,134 @@
+// The fixture's helpers, the same for every backend: store_fixture.cpp
+// (stores opened by URL) and instantiate_memory.cpp (in-memory stores) each
+// define only how a store is opened.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "store_test.hpp"
+
+namespace sagapool::test {
+
+RequestView TransferSpec::view() const {
+  RequestView r;
+  r.id = id;
+  r.from = from;
+  r.to = to;
+  r.amount = amount;
+  r.currency = currency;
+  r.metadata = metadata;
+  return r;
+}
+
+NewTransfer TransferSpec::to_new() const {
+  NewTransfer t;
+  t.request = view();
+  t.payload_hash = hash ? *hash : payload_hash(t.request);
+  t.requested_at_ms = requested_at_ms;
+  t.origin_topic = topic;
+  t.origin_partition = partition;
+  t.origin_offset = offset;
+  return t;
+}
+
+void StoreTest::SetUp() {
+  store_ = fresh_store();
+  ASSERT_NE(store_, nullptr);
+}
+
+InsertResult StoreTest::insert(const TransferSpec& t, std::string_view owner,
+                               std::int64_t lease_ms) {
+  const NewTransfer n = t.to_new();
+  InsertResult r = InsertResult::conflict;
+  const Status s = store_->insert_transfers(std::span(&n, 1), owner, lease_ms, std::span(&r, 1));
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return r;
+}
+
+TransferDoc StoreTest::load(std::string_view id) {
+  std::optional<TransferDoc> d;
+  const Status s = store_->load_transfer(id, d);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_TRUE(d.has_value()) << "transfer " << id << " not found";
+  return d.value_or(TransferDoc{});
+}
+
+bool StoreTest::transition(std::string_view id, TransferState from, TransferState to,
+                           std::string_view owner, std::int64_t epoch, Reason reason,
+                           std::int64_t lease_ms) {
+  Transition t{id, from, to, reason, owner, epoch};
+  std::uint8_t applied = 2;
+  const Status s = store_->transition(std::span(&t, 1), lease_ms, std::span(&applied, 1));
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_LE(applied, 1);
+  return applied == 1;
+}
+
+void StoreTest::create(Store& s, const Account& a) {
+  const Status st = s.create_accounts(std::span(&a, 1));
+  EXPECT_TRUE(st.is_ok()) << st.message();
+}
+
+Account StoreTest::account(std::string_view id) {
+  std::optional<Account> a;
+  const Status s = store_->load_account(id, a);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_TRUE(a.has_value()) << "account " << id << " not found";
+  return a.value_or(Account{});
+}
+
+LegResult StoreTest::leg(LegOp op, std::string_view transfer, std::string_view account_id,
+                         std::int64_t amount, std::string_view currency) {
+  const LegRequest req{op, transfer, account_id, amount, currency};
+  LegResult r;
+  r.account_currency = "unset";
+  const Status s = store_->apply_legs(std::span(&req, 1), std::span(&r, 1));
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return r;
+}
+
+std::vector<Posting> StoreTest::postings(std::string_view transfer) {
+  std::vector<Posting> out;
+  const Status s = store_->postings_for_transfer(transfer, out);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return out;
+}
+
+std::vector<std::string> StoreTest::pending(std::string_view account_id) {
+  std::vector<std::string> out;
+  const Status s = store_->pending_for_account(account_id, out);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::int64_t StoreTest::store_now() {
+  std::int64_t now = 0;
+  const Status s = store_->now_ms(now);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return now;
+}
+
+void StoreTest::wait_store_clock_past(std::int64_t t) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (store_now() <= t) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "store clock stuck";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void StoreTest::expect_balances_match_postings(Store& s) {
+  std::map<std::string, std::int64_t> sums;
+  SAGA_ASSERT_OK(s.scan_postings(
+      [&](const Posting& p) { sums[p.account_id] += signed_amount(p.kind, p.amount); }));
+  std::size_t accounts = 0;
+  SAGA_ASSERT_OK(s.scan_accounts([&](const Account& a) {
+    ++accounts;
+    EXPECT_EQ(a.balance, a.opening_balance + sums[a.id]) << "account " << a.id;
+    EXPECT_GE(a.balance, a.min_balance) << "account " << a.id;
+  }));
+  EXPECT_GT(accounts, 0U);
+}
+
+}  // namespace sagapool::test
