@@ -156,15 +156,19 @@ bool StoreCollector::store_reachable(std::string& detail) {
   std::lock_guard lock(mu_);
   const auto now = Clock::now();
   if (last_answer_ != Clock::time_point{} && now - last_answer_ <= options_.ready_window) return true;
-  std::int64_t store_ms = 0;
-  const Status s = ledger_->transfers().now_ms(store_ms);
-  if (s) {
-    last_answer_ = Clock::now();
-    return true;
+  // Every shard: a worker whose batches touch an unreachable shard makes no
+  // progress on them, so it is not ready.
+  for (std::size_t i = 0; i < ledger_->shard_count(); ++i) {
+    Store& store = ledger_->shard(i);
+    std::int64_t store_ms = 0;
+    if (const Status s = store.now_ms(store_ms); !s) {
+      note_error_locked("ping", s, now);
+      detail = "store " + store.display_name() + " does not answer: " + s.message();
+      return false;
+    }
   }
-  note_error_locked("ping", s, now);
-  detail = "store " + ledger_->transfers().display_name() + " does not answer: " + s.message();
-  return false;
+  last_answer_ = Clock::now();
+  return true;
 }
 
 // ---- imbalance ----------------------------------------------------------------
