@@ -53,8 +53,9 @@ void append_json_escaped(std::string& out, std::string_view s) {
   }
 }
 
-void init_logging(std::string_view program, LogFormat format) {
-  auto logger = spdlog::stdout_logger_mt(std::string(program));
+namespace {
+
+void install(std::shared_ptr<spdlog::logger> logger, LogFormat format) {
   if (format == LogFormat::json) {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
     formatter->add_flag<JsonMessageFlag>('*').set_pattern(
@@ -68,6 +69,16 @@ void init_logging(std::string_view program, LogFormat format) {
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(std::move(logger));
   spdlog::flush_every(std::chrono::seconds(1));
+}
+
+}  // namespace
+
+void init_logging(std::string_view program, LogFormat format) {
+  install(spdlog::stdout_logger_mt(std::string(program)), format);
+}
+
+void init_tool_logging(std::string_view program) {
+  install(spdlog::stderr_logger_mt(std::string(program)), LogFormat::text);
 }
 
 }  // namespace sagapool

@@ -223,6 +223,20 @@ TEST_F(SagactlTest, UninitialisedOrUnusableStoresAreRefused) {
   EXPECT_TRUE(contains(r.output, "cannot open")) << r.output;
 }
 
+// Scripts read sagactl's stdout: the store's retry warnings while a server
+// does not answer go to stderr.
+TEST_F(SagactlTest, StoreWarningsStayOffStdout) {
+  const std::string url = "postgresql://saga@127.0.0.1:" + std::to_string(free_loopback_port()) +
+                          "/ledger?connect_timeout=2";
+  const std::string command = bin("sagactl").string() + " --store '" + url + "' audit";
+  RunResult both = run({"/bin/sh", "-c", command});
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_TRUE(contains(both.output, "retrying")) << both.output;  // the warnings exist
+  RunResult out = run({"/bin/sh", "-c", command + " 2>/dev/null"});
+  EXPECT_EQ(out.exit_code, 2);
+  EXPECT_EQ(out.output, "");
+}
+
 TEST_F(SagactlTest, UsageErrorsExitTwoWithOneLine) {
   init();
   RunResult r = raw({"audit"});

@@ -14,6 +14,7 @@
 
 #include "commands.hpp"
 #include "sagapool/config.hpp"
+#include "sagapool/log.hpp"
 
 namespace {
 
@@ -42,6 +43,7 @@ int run(int argc, char** argv) {
   ctl::add_account_commands(app, action);
   ctl::add_transfer_commands(app, action);
 
+  init_tool_logging("sagactl");
   finish_cli(app);
   app.footer(app.get_footer() + "\n" + kExitCodes);
   if (std::optional<int> code = parse_cli(app, argc, argv)) return *code;
