@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <nlohmann/json.hpp>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -548,6 +549,12 @@ TEST_F(SecurityRun, NoSecretInLogsEndpointsOrToolOutputOfARealRun) {
   EXPECT_TRUE(contains(log_b, R"("msg":"worker )" + echo_b + " started")) << log_b.substr(0, 2000);
   expect_kafka_saw_options("worker B", log_b, echo_b);
   outputs.add("worker B log (debug, json, debug=all)", log_b);
+  // JSON logs stay JSON with librdkafka's debug on (the start-up broker
+  // check printed raw lines before): every line of stdout and stderr parses.
+  std::istringstream lines(log_b);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(nlohmann::json::accept(line)) << "not JSON: " << line.substr(0, 300);
+  }
 
   RunResult audit_b = ctl({"--store", url_, "audit"});
   EXPECT_EQ(audit_b.exit_code, 0) << audit_b.output;

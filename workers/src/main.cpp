@@ -45,6 +45,7 @@ sagapool::Status check_brokers(const std::string& brokers, const std::vector<sag
   opts.insert(opts.end(), extra.begin(), extra.end());
   ConfPtr conf;
   if (Status s = make_conf(opts, conf); !s) return s;
+  install_log_callbacks(*conf);  // a `debug` option would otherwise print raw lines
   char err[512];
   KafkaHandle rk(rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof err));
   if (!rk) return Status::fatal(std::string("cannot create Kafka client: ") + err);
