@@ -26,6 +26,7 @@ export const cases = {
         assertEqual(deployment(objs).spec.replicas, 2, "replicas");
         assertEqual(deployment(objs).spec.template.spec.terminationGracePeriodSeconds, 35, "grace = 20s drain + 15s");
         assertEqual(envOf(objs, "SAGA_STORE_0").valueFrom.secretKeyRef, { name: "sagapool-store-0", key: "url" }, "default store Secret");
+        assertEqual(envOf(objs, "SAGA_STORE").value, "$(SAGA_STORE_0)", "one store: SAGA_STORE is SAGA_STORE_0");
         assert(!byKind(objs, "ConfigMap").some((c) => c.metadata.name.endsWith("-dashboards")), "dashboards rendered");
       });
       check(`${name}: the worker configuration`, () => {
@@ -193,8 +194,12 @@ export const cases = {
     checks(objs, name) {
       check(`${name}: four stores in order, each in its form`, () => {
         const w = workerOf(objs);
-        assertEqual(w.args, ["--config", "/etc/sagapool/worker.toml",
-          "--store", "$(SAGA_STORE_0)", "--store", "$(SAGA_STORE_1)", "--store", "$(SAGA_STORE_2)", "--store", "$(SAGA_STORE_3)"], "args");
+        assertEqual(w.args, ["--config", "/etc/sagapool/worker.toml"], "args: no store on the command line");
+        const names = w.env.map((e) => e.name);
+        assertEqual(names.filter((n) => /^(SAGA_)?STORE/.test(n)),
+          ["SAGA_STORE_0", "SAGA_STORE_1", "STORE_2_PASSWORD", "SAGA_STORE_2", "SAGA_STORE_3", "SAGA_STORE"], "store variables, in order");
+        assertEqual(envOf(objs, "SAGA_STORE").value,
+          "$(SAGA_STORE_0)\n$(SAGA_STORE_1)\n$(SAGA_STORE_2)\n$(SAGA_STORE_3)", "SAGA_STORE: the four, one a line");
         const secret = one(objs, "Secret", (s) => !s.metadata.annotations?.["helm.sh/hook"]);
         assertEqual(Object.keys(secret.data).sort(),
           ["kafka-sasl-password", "kafka-sasl-username", "store-0-url", "store-3-url"], "chart Secret keys");

@@ -119,15 +119,30 @@ export function commonChecks(name, objs, { secrets = [] } = {}) {
       "worker resources incomplete");
   });
 
-  check(label("stores: --store $(SAGA_STORE_i) for each, every one from a Secret"), () => {
-    storesFromSecrets(worker, objs, "worker");
+  check(label("stores: SAGA_STORE lists SAGA_STORE_i in order, every one from a Secret"), () => {
+    const count = storesFromSecrets(worker, objs, "worker");
+    assertEqual(String(count), deploy.metadata.annotations?.["sagapool.io/store-count"], "worker stores vs store-count");
     const job = byKind(objs, "Job")[0];
     if (job) {
       const c = job.spec.template.spec.containers[0];
       assertEqual(c.command, ["sagactl"], "migration command");
-      assertEqual(c.args.at(-1), "init", "migration runs init");
-      assertEqual(c.args.slice(0, -1), storeArgsOf(worker), "migration uses the worker's stores");
-      storesFromSecrets(c, objs, "migration");
+      assertEqual(c.args, ["init"], "migration runs init and nothing else");
+      assertEqual(storesFromSecrets(c, objs, "migration"), count, "migration uses the worker's stores");
+    }
+  });
+
+  check(label("no store URL, password or $(SAGA_STORE...) on any container's command line"), () => {
+    for (const o of objs.filter(podSpecOf)) {
+      const spec = podSpecOf(o);
+      for (const c of [...(spec.initContainers || []), ...spec.containers]) {
+        for (const a of [...(c.command || []), ...(c.args || [])]) {
+          const where = `${o.kind}/${o.metadata.name} container ${c.name} arg ${JSON.stringify(a)}`;
+          assert(!/\$\((SAGA_)?STORE/.test(a), `${where} expands a store variable onto the command line`);
+          assert(!/(postgres(ql)?:\/\/|sqlite:)/i.test(a), `${where} holds a store URL`);
+          assert(!/(^|\s)(password|host|dbname|user)\s*=/i.test(a), `${where} holds a connection string`);
+          assert(a !== "--store" && !a.startsWith("--store="), `${where} passes --store`);
+        }
+      }
     }
   });
 
@@ -253,13 +268,6 @@ function restricted(o) {
   }
 }
 
-function storeArgsOf(c) {
-  const args = c.args.filter((a) => a !== "init");
-  const out = [];
-  for (let i = 0; i < args.length; i++) if (args[i] === "--store") out.push(args[i], args[i + 1]);
-  return out;
-}
-
 function secretRefs(c) {
   return (c.env || []).filter((e) => e.valueFrom?.secretKeyRef).map((e) => e.valueFrom.secretKeyRef);
 }
@@ -272,15 +280,18 @@ function secretKeyExists(objs, ref, hookOnly) {
   if (hookOnly) assert(s.metadata.annotations?.["helm.sh/hook"], `Secret ${ref.name} is not a hook`);
 }
 
+// The store variables of one container: SAGA_STORE_0..n-1, each from a
+// Secret (or a URL without password plus an earlier STORE_i_PASSWORD from a
+// Secret), then SAGA_STORE listing them one a line. Returns n.
 function storesFromSecrets(c, objs, who) {
-  const storeArgs = storeArgsOf(c);
-  assert(storeArgs.length >= 2, `${who}: no --store`);
   const env = c.env || [];
   const idx = (n) => env.findIndex((e) => e.name === n);
-  for (let i = 0; i < storeArgs.length / 2; i++) {
-    assertEqual([storeArgs[2 * i], storeArgs[2 * i + 1]], ["--store", `$(SAGA_STORE_${i})`], `${who}: store ${i} args`);
+  const numbered = env.filter((e) => /^SAGA_STORE_\d+$/.test(e.name)).map((e) => Number(e.name.slice(11)));
+  const count = numbered.length;
+  assert(count >= 1, `${who}: no SAGA_STORE_0`);
+  assertEqual(numbered, [...Array(count).keys()], `${who}: SAGA_STORE_i names, in order`);
+  for (let i = 0; i < count; i++) {
     const e = env[idx(`SAGA_STORE_${i}`)];
-    assert(e, `${who}: no SAGA_STORE_${i}`);
     if (e.valueFrom) {
       assert(e.valueFrom.secretKeyRef, `${who}: SAGA_STORE_${i} is not from a Secret`);
       secretKeyExists(objs, e.valueFrom.secretKeyRef);
@@ -294,8 +305,18 @@ function storesFromSecrets(c, objs, who) {
       assert(env[p].valueFrom?.secretKeyRef, `${who}: STORE_${i}_PASSWORD is not from a Secret`);
     }
   }
-  assert(!env.some((e) => /^SAGA_STORE_\d+$/.test(e.name) && Number(e.name.slice(11)) >= storeArgs.length / 2),
-    `${who}: more SAGA_STORE_ variables than --store flags`);
+  // Kubernetes expands $(VAR) only for variables listed earlier.
+  const all = env.filter((e) => e.name === "SAGA_STORE");
+  assertEqual(all.length, 1, `${who}: SAGA_STORE defined once`);
+  const s = all[0];
+  assert(s.valueFrom === undefined, `${who}: SAGA_STORE must be a value made of the SAGA_STORE_i`);
+  const at = idx("SAGA_STORE");
+  for (let i = 0; i < count; i++) {
+    assert(idx(`SAGA_STORE_${i}`) < at, `${who}: SAGA_STORE comes before SAGA_STORE_${i}, which it references`);
+  }
+  assertEqual(s.value, [...Array(count).keys()].map((i) => `$(SAGA_STORE_${i})`).join("\n"),
+    `${who}: SAGA_STORE value (the SAGA_STORE_i in order, one a line)`);
+  return count;
 }
 
 export { b64 };

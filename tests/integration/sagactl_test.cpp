@@ -692,5 +692,50 @@ TEST_F(SagactlTest, CancelReversesAPostedDebitAcrossStores) {
   EXPECT_EQ(ctl({"audit"}).exit_code, 0);
 }
 
+// ---- stores through SAGA_STORE, one a line -------------------------------------
+
+// The Helm chart passes the stores as SAGA_STORE = URLs separated by newlines,
+// never as --store arguments (a command line shows a password to anyone who
+// can list processes). The order is the shard order.
+TEST_F(SagactlTest, SeveralStoresThroughSagaStoreOneALine) {
+  const std::vector<std::string> env{"SAGA_STORE=" + url_a_ + "\n" + url_b_};
+  RunResult r = raw({"init"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, url_a_ + ": created schema")) << r.output;
+  EXPECT_TRUE(contains(r.output, url_b_ + ": created schema")) << r.output;
+  EXPECT_TRUE(contains(r.output, "shard 2 of 2")) << r.output;
+  for (std::size_t i = 0; i < 2; ++i) {
+    std::optional<Topology> t;
+    ASSERT_TRUE(ledger().shard(i).read_topology(t).is_ok());
+    ASSERT_TRUE(t.has_value());
+    EXPECT_EQ(t->shard_index, static_cast<int>(i));
+    EXPECT_EQ(t->shard_count, 2);
+  }
+
+  r = raw({"audit"}, env);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "audit passed")) << r.output;
+  r = raw({"accounts", "create", "env-2", "--balance", "7"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::size_t shard = ledger().shard_index("env-2");
+  EXPECT_TRUE(contains(r.output, "store " + std::to_string(shard + 1) + " of 2")) << r.output;
+  EXPECT_EQ(account("env-2").value_or(Account{}).balance, 7);
+
+  // A trailing newline (as a YAML block scalar leaves) changes nothing.
+  r = raw({"audit"}, {"SAGA_STORE=" + url_a_ + "\n" + url_b_ + "\n"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  // The lines are taken in order: swapped, the topology check refuses them.
+  r = raw({"audit"}, {"SAGA_STORE=" + url_b_ + "\n" + url_a_});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1u) << r.output;
+  EXPECT_TRUE(contains(r.output, "sagactl: store #1 (" + url_b_ + ") is shard 2 of 2")) << r.output;
+
+  // A --store flag replaces the whole list from the environment.
+  r = raw({"--store", url_a_, "audit"}, env);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "given as store 1 of 1")) << r.output;
+}
+
 }  // namespace
 }  // namespace sagapool::test

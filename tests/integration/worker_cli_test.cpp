@@ -123,5 +123,40 @@ TEST(WorkerCli, SigtermWithTheBrokerGoneStillExits) {
   }
 }
 
+// The Helm chart gives the stores only as SAGA_STORE, one URL a line in
+// shard order, so that no URL (nor its password) is on the command line.
+TEST(WorkerCli, SeveralStoresThroughSagaStoreOneALine) {
+  TempDir dir;
+  const std::string a = "sqlite:" + (dir / "a.db").string();
+  const std::string b = "sqlite:" + (dir / "b.db").string();
+  std::unique_ptr<Ledger> ledger;
+  ASSERT_TRUE(Ledger::open({a, b}, ledger).is_ok());
+  ASSERT_TRUE(ledger->init().is_ok());
+  const std::vector<std::string> base{bin("saga-worker").string(), "--brokers", "127.0.0.1:1", "--group", "g",
+                                      "--broker-timeout", "2s", "--metrics-addr", ""};
+
+  // Swapped lines: refused by the topology check, so the order is kept.
+  RunResult swapped = run(base, {"SAGA_STORE=" + b + "\n" + a}, 60s);
+  EXPECT_EQ(swapped.exit_code, 2) << swapped.output;
+  EXPECT_NE(swapped.output.find("store #1 (" + b + ") is shard 2 of 2"), std::string::npos) << swapped.output;
+
+  // In order: both stores pass the topology check, and only the broker is missing.
+  RunResult ordered = run(base, {"SAGA_STORE=" + a + "\n" + b}, 60s);
+  EXPECT_EQ(ordered.exit_code, 3) << ordered.output;
+  EXPECT_NE(ordered.output.find("no Kafka broker answered"), std::string::npos) << ordered.output;
+
+  // Against a broker: the worker starts on the two stores.
+  Broker broker = Broker::start(dir, 2);
+  const int port = free_loopback_port();
+  Process w = Process::start({bin("saga-worker").string(), "--brokers", broker.bootstrap(), "--group", "g",
+                              "--drain-timeout", "2s", "--metrics-addr", "127.0.0.1:" + std::to_string(port)},
+                             dir / "worker.log", {"SAGA_STORE=" + a + "\n" + b});
+  ASSERT_TRUE(eventually([&] { return http_get(port, "/readyz").status == 200; }, 60s))
+      << read_file(dir / "worker.log");
+  EXPECT_TRUE(eventually([&] { return read_file(dir / "worker.log").find("2 store(s)") != std::string::npos; }, 10s))
+      << read_file(dir / "worker.log");
+  EXPECT_EQ(w.stop(), 0) << read_file(dir / "worker.log");
+}
+
 }  // namespace
 }  // namespace sagapool::test

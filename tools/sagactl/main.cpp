@@ -33,9 +33,11 @@ int run(int argc, char** argv) {
   std::vector<std::string> stores;
   app.add_option("--store", stores,
                  "a store URL: sqlite:PATH or postgresql://...; repeat to shard, in the order "
-                 "given at `init` (the first holds the transfer documents)")
+                 "given at `init` (the first holds the transfer documents); SAGA_STORE takes "
+                 "several, one a line")
       ->required()
       ->allow_extra_args(false)
+      ->delimiter('\n')
       ->type_name("URL");
 
   ctl::Action action;

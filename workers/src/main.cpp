@@ -76,7 +76,9 @@ int main(int argc, char** argv) {
   app.add_option("--brokers", o.brokers, "Kafka bootstrap servers (host:port,...)")->required();
   app.add_option("--group", o.group, "consumer group id shared by the worker pool")->required();
   app.add_option("--store", stores, "store URL: sqlite:PATH or postgresql://...; repeat to shard "
-                                    "(the first holds transfers)")->required();
+                                    "(the first holds transfers); SAGA_STORE takes several, one a line")
+      ->required()
+      ->delimiter('\n');
   app.add_option("--requests-topic", o.requests_topic, "topic of transfer requests")->capture_default_str();
   app.add_option("--results-topic", o.results_topic, "topic for outcomes")->capture_default_str();
   app.add_option("--dlq-topic", o.dlq_topic, "dead-letter topic")->capture_default_str();

@@ -170,7 +170,10 @@ kafka-sasl-password: {{ .Values.kafka.sasl.password | b64enc | quote }}
 Environment holding the store URLs: SAGA_STORE_<i>, always from a Secret.
 A URL whose password lives in its own Secret is put together by Kubernetes'
 $(VAR) expansion, which only sees variables listed earlier: STORE_<i>_PASSWORD
-comes first. Call with (dict "ctx" $ "secretName" NAME-OF-THE-CHART-SECRET).
+comes first. Last comes SAGA_STORE, the programs' --store: every SAGA_STORE_<i>
+in shard order, one a line (--store splits its value at newlines). The URLs
+never go into args, where the expanded command line would show a password to
+ps and /proc/PID/cmdline. Call with (dict "ctx" $ "secretName" NAME-OF-THE-CHART-SECRET).
 */}}
 {{- define "sagapool.storeEnv" -}}
 {{- $secret := .secretName }}
@@ -197,14 +200,12 @@ comes first. Call with (dict "ctx" $ "secretName" NAME-OF-THE-CHART-SECRET).
       key: store-{{ $i }}-url
 {{- end }}
 {{- end }}
+{{- $refs := list }}
+{{- range $i, $_ := .ctx.Values.stores }}
+{{- $refs = append $refs (printf "$(SAGA_STORE_%d)" $i) }}
 {{- end }}
-
-{{/* --store $(SAGA_STORE_0) --store $(SAGA_STORE_1) ... as a YAML list. */}}
-{{- define "sagapool.storeArgs" -}}
-{{- range $i, $s := .Values.stores }}
-- --store
-- $(SAGA_STORE_{{ $i }})
-{{- end }}
+- name: SAGA_STORE
+  value: {{ join "\n" $refs | toJson }}
 {{- end }}
 
 {{- define "sagapool.kafkaSaslEnv" -}}
