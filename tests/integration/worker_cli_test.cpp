@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "http_get.hpp"
 #include "kafka_client.hpp"
@@ -121,6 +124,43 @@ TEST(WorkerCli, SigtermWithTheBrokerGoneStillExits) {
     EXPECT_EQ(*code, 1);
     EXPECT_NE(log.find("the drain did not finish within --drain-timeout"), std::string::npos) << log;
   }
+}
+
+// librdkafka 2.0 aborts in rd_kafka_destroy when a cooperative-sticky member
+// joined the group but never received an assignment (its issue #4312): the
+// chaos test saw a worker stopped during a rebalance die with SIGABRT after
+// draining. SyncGroup is made to fail here, so the worker never gets one.
+TEST(WorkerCli, SigtermBeforeAnyAssignmentExitsZero) {
+  TempDir dir;
+  const std::string store = "sqlite:" + (dir / "l.db").string();
+  std::unique_ptr<Ledger> ledger;
+  ASSERT_TRUE(Ledger::open({store}, ledger).is_ok());
+  ASSERT_TRUE(ledger->init().is_ok());
+  const auto bootstrap = dir / "bootstrap";
+  const auto control = dir / "control";
+  Process broker = Process::start({bin("saga-broker").string(), "--partitions", "2", "--bootstrap-file",
+                                   bootstrap.string(), "--control-fifo", control.string()},
+                                  dir / "broker.log");
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(bootstrap) && std::filesystem::exists(control); },
+                         30s))
+      << read_file(dir / "broker.log");
+  {
+    std::ofstream fifo(control);
+    fifo << "errors 14 100000 REBALANCE_IN_PROGRESS\n";  // 14: SyncGroup
+  }
+  ASSERT_TRUE(eventually([&] { return read_file(dir / "broker.log").find("fail with") != std::string::npos; }, 10s))
+      << read_file(dir / "broker.log");
+  std::string brokers = read_file(bootstrap);
+  while (!brokers.empty() && (brokers.back() == '\n' || brokers.back() == ' ')) brokers.pop_back();
+  Process w = Process::start({bin("saga-worker").string(), "--brokers", brokers, "--group", "g", "--store",
+                              store, "--metrics-addr", ""},
+                             dir / "worker.log");
+  ASSERT_TRUE(eventually([&] { return read_file(dir / "worker.log").find(" started") != std::string::npos; }, 30s))
+      << read_file(dir / "worker.log");
+  std::this_thread::sleep_for(5s);  // joined, SyncGroup refused again and again
+  const std::string before = read_file(dir / "worker.log");
+  EXPECT_EQ(before.find("rebalance: assigned"), std::string::npos) << before;
+  EXPECT_EQ(w.stop(30s), 0) << read_file(dir / "worker.log");
 }
 
 // The Helm chart gives the stores only as SAGA_STORE, one URL a line in

@@ -95,6 +95,7 @@ void Consumer::rebalance_cb(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                   error ? rd_kafka_error_string(error.get()) : rd_kafka_err2str(rerr));
     return;
   }
+  self->ever_assigned_ |= assign;
   if (cooperative) {
     self->assigned_ += assign ? partitions->cnt : -partitions->cnt;
   } else {
@@ -156,6 +157,12 @@ void Consumer::close() {
   if (rd_kafka_resp_err_t err = rd_kafka_consumer_close(rk_.get())) {
     spdlog::warn("consumer close: {}", rd_kafka_err2str(err));
   }
+  // librdkafka before 2.3 aborts in rd_kafka_destroy when a cooperative-sticky
+  // member joined but never received an assignment (its issue #4312;
+  // Debian 12 ships 2.0.2): a worker stopped during a long rebalance died
+  // with SIGABRT after draining. Closed, the handle holds nothing the
+  // process still needs, so such a handle is left to the process exit.
+  if (!ever_assigned_) (void)rk_.release();
 }
 
 }  // namespace sagapool

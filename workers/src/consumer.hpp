@@ -73,6 +73,7 @@ class Consumer {
   KafkaHandle rk_;
   QueuePtr queue_;
   int assigned_ = 0;
+  bool ever_assigned_ = false;  // see close()
   bool closed_ = false;
 };
 
