@@ -13,6 +13,8 @@ struct TransferFacts {
   std::uint8_t kinds = 0;
   std::uint8_t duplicate_kinds = 0;
   Wide net = 0;
+  std::string debit_account;  // where its debit posted, if it did
+  std::int64_t debit_amount = 0;
 };
 
 constexpr std::uint8_t bit(PostingKind k) { return static_cast<std::uint8_t>(1u << static_cast<unsigned>(k)); }
@@ -108,6 +110,8 @@ Status run_audit(Ledger& ledger, const AuditOptions& options, AuditReport& out) 
 
   CheckBuilder minimum(2, "no balance below its account's min_balance", options.max_examples);
   CheckBuilder journal(3, "every balance == opening + sum of its postings", options.max_examples);
+  CheckBuilder reservation(3, "every reserved == its pending debits, balance + reserved <= INT64_MAX",
+                           options.max_examples);
   CheckBuilder legs(4, "postings per transfer match its state", options.max_examples);
   CheckBuilder pending(5, "no pending entry names a terminal transfer", options.max_examples);
   std::size_t misplaced = 0;
@@ -123,6 +127,22 @@ Status run_audit(Ledger& ledger, const AuditOptions& options, AuditReport& out) 
       if (f.kinds & bit(p.kind)) f.duplicate_kinds |= bit(p.kind);
       f.kinds |= bit(p.kind);
       f.net += v;
+      if (p.kind == PostingKind::debit) {
+        f.debit_account = p.account_id;
+        f.debit_amount = p.amount;
+      }
+    });
+    if (!s) return s;
+    // A pending entry of a posted debit reserves its amount on its account.
+    std::unordered_map<std::string, Wide> reserved;
+    s = store.scan_pending([&](const PendingEntry& e) {
+      const auto it = transfers.find(e.transfer_id);
+      if (it == transfers.end()) return;
+      if (it->second.known && is_terminal(it->second.state)) {
+        pending.fail(e.account_id + " lists " + std::string(to_string(it->second.state)) +
+                     " transfer " + e.transfer_id);
+      }
+      if (it->second.debit_account == e.account_id) reserved[e.account_id] += it->second.debit_amount;
     });
     if (!s) return s;
     s = store.scan_accounts([&](const Account& a) {
@@ -141,20 +161,22 @@ Status run_audit(Ledger& ledger, const AuditOptions& options, AuditReport& out) 
                      std::to_string(a.opening_balance) + " + postings " + to_decimal(posted));
       }
       if (it != sums.end()) sums.erase(it);
+      const auto r = reserved.find(a.id);
+      const Wide want = r == reserved.end() ? 0 : r->second;
+      if (a.reserved != want) {
+        reservation.fail(a.id + ": reserved " + std::to_string(a.reserved) + " != pending debits " +
+                         to_decimal(want));
+      }
+      if (static_cast<Wide>(a.balance) + a.reserved > INT64_MAX) {
+        reservation.fail(a.id + ": balance " + std::to_string(a.balance) + " + reserved " +
+                         std::to_string(a.reserved) + " > INT64_MAX: a reversal could overflow");
+      }
     });
     if (!s) return s;
     for (const auto& [account, sum] : sums) {
       journal.fail(account + ": postings of " + to_decimal(sum) + " on an account that does not exist on " +
                    store.display_name());
     }
-    s = store.scan_pending([&](const PendingEntry& e) {
-      const auto it = transfers.find(e.transfer_id);
-      if (it != transfers.end() && it->second.known && is_terminal(it->second.state)) {
-        pending.fail(e.account_id + " lists " + std::string(to_string(it->second.state)) +
-                     " transfer " + e.transfer_id);
-      }
-    });
-    if (!s) return s;
   }
 
   for (const auto& [id, f] : transfers) {
@@ -188,6 +210,8 @@ Status run_audit(Ledger& ledger, const AuditOptions& options, AuditReport& out) 
       " accounts on " + std::to_string(ledger.shard_count()) + " store(s)"));
   out.checks.push_back(minimum.done(std::to_string(out.accounts) + " accounts checked"));
   out.checks.push_back(journal.done(std::to_string(out.postings) + " postings summed per account"));
+  out.checks.push_back(reservation.done(std::to_string(out.accounts) +
+                                        " accounts' reservations checked against their pending debits"));
   out.checks.push_back(legs.done(std::to_string(out.transfers) + " transfers checked"));
   out.checks.push_back(pending.done("pending entries checked against transfer states; " +
                                     std::to_string(out.unpublished) +

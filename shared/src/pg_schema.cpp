@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "sagapool/store.hpp"
+
 namespace sagapool::pg {
 
 // The meta table exists before any version does; exactly one row.
@@ -93,6 +95,23 @@ CREATE TABLE saga_leg_voids (
 );
 )sql";
 
+// Version 2: the reservation that keeps every debit's reversal within
+// INT64_MAX. An account's `reserved` is the sum of its pending entries'
+// `reserved` (a debit's amount, 0 for a credit), filled here from the
+// pending debits not reversed.
+constexpr std::string_view kV2 = R"sql(
+ALTER TABLE saga_accounts ADD COLUMN reserved bigint NOT NULL DEFAULT 0;
+ALTER TABLE saga_pending ADD COLUMN reserved bigint NOT NULL DEFAULT 0;
+UPDATE saga_pending e SET reserved = d.amount
+  FROM saga_postings d
+  WHERE d.transfer_id = e.transfer_id AND d.account_id = e.account_id AND d.kind = 'debit'
+    AND NOT EXISTS (SELECT 1 FROM saga_postings r WHERE r.transfer_id = d.transfer_id
+                      AND r.account_id = d.account_id AND r.kind = 'reverse_debit');
+UPDATE saga_accounts a SET reserved = s.total
+  FROM (SELECT account_id, sum(reserved) AS total FROM saga_pending GROUP BY account_id) s
+  WHERE s.account_id = a.id AND s.total <> 0;
+)sql";
+
 // The functions are code, not data: every `sagactl init` (re)installs them
 // with CREATE OR REPLACE (same signatures), so a store at the current schema
 // version gets the current code too.
@@ -156,13 +175,15 @@ BEGIN
       ORDER BY u.n;
 END $$;
 
--- One boolean per input, in order: applied only in `from`, owned by
--- (owner, epoch). One UPDATE for the batch; a batch naming an id twice (the
--- engine never sends one) is applied one record at a time, so a later
--- record sees the earlier one's change.
-CREATE OR REPLACE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[],
+-- One row per input, in order: the time written (the terminal states'
+-- finished_at, which outcomes report), or NULL when not applied. Applied only
+-- in `from`, owned by (owner, epoch). One UPDATE for the batch; a batch naming
+-- an id twice (the engine never sends one) is applied one record at a time,
+-- so a later record sees the earlier one's change.
+DROP FUNCTION IF EXISTS saga_transition(text[], text[], text[], text[], text[], bigint[], bigint);
+CREATE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[],
     p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint)
-  RETURNS SETOF boolean LANGUAGE plpgsql VOLATILE AS $$
+  RETURNS SETOF bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_now bigint := saga_now_ms();
   v_n integer := coalesce(array_length(p_id, 1), 0);
@@ -178,7 +199,7 @@ BEGIN
             notified = CASE WHEN v_terminal THEN false ELSE t.notified END
         WHERE t.id = p_id[i] AND t.state = p_from[i] AND t.owner = p_owner[i]
           AND t.epoch = p_epoch[i];
-      RETURN NEXT FOUND;
+      RETURN NEXT CASE WHEN FOUND THEN v_now END;
     END LOOP;
     RETURN;
   END IF;
@@ -196,7 +217,7 @@ BEGIN
         FROM u
         WHERE t.id = u.id AND t.state = u.from_state AND t.owner = u.owner AND t.epoch = u.epoch
         RETURNING u.n)
-    SELECT upd.n IS NOT NULL FROM u LEFT JOIN upd ON upd.n = u.n ORDER BY u.n;
+    SELECT CASE WHEN upd.n IS NOT NULL THEN v_now END FROM u LEFT JOIN upd ON upd.n = u.n ORDER BY u.n;
 END $$;
 
 -- SKIP LOCKED: concurrent claimers split the expired rows between them and
@@ -234,6 +255,32 @@ END $$;
 --    pending entries and the voids, one statement each.
 -- Only legs on locked accounts post, so nothing else can write the same
 -- postings meanwhile: a unique violation there is a bug, and is raised.
+-- The session's holding place for pending entries added inside a batch
+-- transaction (see saga_apply_legs). Temporary: no WAL, emptied at every
+-- commit or rollback, after saga_flush_scope_pending moved what is left.
+CREATE OR REPLACE FUNCTION saga_create_scope_pending() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  CREATE TEMP TABLE IF NOT EXISTS saga_scope_pending (
+    account_id text NOT NULL,
+    transfer_id text NOT NULL,
+    reserved bigint NOT NULL,
+    PRIMARY KEY (account_id, transfer_id)
+  ) ON COMMIT DELETE ROWS;
+END $$;
+
+-- Run by the store just before a batch transaction's COMMIT (in the same
+-- round trip): the entries still held become saga_pending rows.
+CREATE OR REPLACE FUNCTION saga_flush_scope_pending() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF to_regclass('pg_temp.saga_scope_pending') IS NULL THEN
+    RETURN;
+  END IF;
+  INSERT INTO saga_pending (account_id, transfer_id, reserved)
+    SELECT t.account_id, t.transfer_id, t.reserved FROM pg_temp.saga_scope_pending t
+    ON CONFLICT (account_id, transfer_id) DO UPDATE SET reserved = EXCLUDED.reserved;
+  DELETE FROM pg_temp.saga_scope_pending;
+END $$;
+
 CREATE OR REPLACE FUNCTION saga_apply_legs(p_op text[], p_transfer text[], p_account text[],
     p_amount bigint[], p_currency text[])
   RETURNS TABLE (o_status text, o_reason text, o_currency text)
@@ -246,6 +293,8 @@ DECLARE
   a_id text[];
   a_bal bigint[];
   a_bal0 bigint[];
+  a_res bigint[];
+  a_res0 bigint[];
   a_min bigint[];
   a_cur text[];
   a_locked boolean[];
@@ -264,6 +313,7 @@ DECLARE
   q_vcredit0 boolean[];
   q_need boolean[];
   q_pend boolean[];  -- as the pair's last leg leaves its pending entry; NULL: untouched
+  q_held bigint[];   -- what the pair's pending entry reserves; NULL: no entry
   -- new postings, in leg order
   w_n integer := 0;
   w_tr text[] := '{}';
@@ -278,17 +328,30 @@ DECLARE
   v_pend_added boolean := false;
   v_pend_dropped boolean := false;
   v_voided boolean := false;
+  -- Inside a batch transaction (the store sets saga.scope), pending entries
+  -- this transaction adds go to the session's saga_scope_pending, and the
+  -- store moves what is left of them into saga_pending just before COMMIT
+  -- (saga_flush_scope_pending): an entry added and released in the same
+  -- transaction never touches saga_pending (no row, index entry, foreign
+  -- key check or dead tuple). q_real: the pair's entry is in saga_pending.
+  v_scoped boolean := coalesce(current_setting('saga.scope', true), '') = 'on';
+  q_real boolean[];
+  v_real_dropped boolean := false;
 BEGIN
   IF v_n = 0 THEN
     RETURN;
   END IF;
+  IF to_regclass('pg_temp.saga_scope_pending') IS NULL THEN
+    PERFORM saga_create_scope_pending();
+  END IF;
   SELECT array_agg(a.id ORDER BY a.id), array_agg(a.balance ORDER BY a.id),
       array_agg(a.min_balance ORDER BY a.id), array_agg(a.currency ORDER BY a.id),
-      array_agg(a.locked ORDER BY a.id)
-    INTO a_id, a_bal, a_min, a_cur, a_locked
+      array_agg(a.locked ORDER BY a.id), array_agg(a.reserved ORDER BY a.id)
+    INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
     FROM (SELECT * FROM saga_accounts WHERE id IN (SELECT unnest(p_account))
             ORDER BY id FOR UPDATE) a;
   a_bal0 := a_bal;
+  a_res0 := a_res;
   -- A pair is named by its first leg: pair slots are leg positions.
   SELECT array_agg(s.k ORDER BY u.n), array_agg(u.first ORDER BY u.n)
     INTO l_acc, l_pair
@@ -296,8 +359,10 @@ BEGIN
             FROM unnest(p_transfer, p_account) WITH ORDINALITY AS x(tr, acc, n)) u
     LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
   -- What the journal and the voids hold for each pair, one index range of
-  -- each per pair; a pair only released needs neither. The pending list is
-  -- not read: it is written as the pair's last leg leaves it.
+  -- each per pair; a pair only released needs neither. Of the pending list
+  -- only what each pair's entry reserves is read (a release or a reversal
+  -- gives back exactly that); the list is written as the pair's last leg
+  -- leaves it.
   q_need := array_fill(false, ARRAY[v_n]);
   FOR i IN 1 .. v_n LOOP
     q := l_pair[i];
@@ -312,10 +377,15 @@ BEGIN
   SELECT array_agg(x.debit ORDER BY x.n), array_agg(coalesce(x.credit, false) ORDER BY x.n),
       array_agg(coalesce(x.rev, false) ORDER BY x.n),
       array_agg(coalesce(x.vdebit, false) ORDER BY x.n),
-      array_agg(coalesce(x.vcredit, false) ORDER BY x.n)
-    INTO q_debit, q_credit, q_rev, q_vdebit, q_vcredit
-    FROM (SELECT y.n, j.debit, j.credit, j.rev, v.vdebit, v.vcredit
+      array_agg(coalesce(x.vcredit, false) ORDER BY x.n), array_agg(x.held ORDER BY x.n),
+      array_agg(x.is_real ORDER BY x.n)
+    INTO q_debit, q_credit, q_rev, q_vdebit, q_vcredit, q_held, q_real
+    FROM (SELECT y.n, j.debit, j.credit, j.rev, v.vdebit, v.vcredit,
+              coalesce(t.reserved, e.reserved) AS held, e.account_id IS NOT NULL AS is_real
             FROM unnest(q_tr, q_acc, q_need) WITH ORDINALITY AS y(tr, acc, need, n)
+            LEFT JOIN saga_pending e ON e.account_id = y.acc AND e.transfer_id = y.tr
+            LEFT JOIN pg_temp.saga_scope_pending t
+              ON t.account_id = y.acc AND t.transfer_id = y.tr
             LEFT JOIN LATERAL (
               SELECT max(p.amount) FILTER (WHERE p.kind = 'debit') AS debit,
                   bool_or(p.kind = 'credit') AS credit, bool_or(p.kind = 'reverse_debit') AS rev
@@ -352,7 +422,11 @@ BEGIN
       -- numeric: no bigint overflow while checking; an underflow is insufficient.
       ELSIF v_debit AND a_bal[k]::numeric - p_amount[i] < a_min[k] THEN
         o_status := 'refused'; o_reason := 'insufficient_funds';
-      ELSIF NOT v_debit AND a_bal[k]::numeric + p_amount[i] > c_max THEN
+      -- A debit reserves its amount for its reversal; a credit may not eat
+      -- into what is reserved, so every reversal fits.
+      ELSIF v_debit AND a_res[k]::numeric + p_amount[i] > c_max THEN
+        o_status := 'refused'; o_reason := 'overflow';
+      ELSIF NOT v_debit AND a_bal[k]::numeric + a_res[k] + p_amount[i] > c_max THEN
         o_status := 'refused'; o_reason := 'overflow';
       ELSE
         w_n := w_n + 1;
@@ -362,10 +436,13 @@ BEGIN
         w_amount[w_n] := p_amount[i];
         IF v_debit THEN
           a_bal[k] := a_bal[k] - p_amount[i];
+          a_res[k] := a_res[k] + p_amount[i];
           q_debit[q] := p_amount[i];
+          q_held[q] := coalesce(q_held[q], 0) + p_amount[i];
         ELSE
           a_bal[k] := a_bal[k] + p_amount[i];
           q_credit[q] := true;
+          q_held[q] := coalesce(q_held[q], 0);
         END IF;
         q_pend[q] := true;
         v_pend_added := true;
@@ -385,6 +462,8 @@ BEGIN
             RAISE EXCEPTION 'transfer % has a debit on account %, which does not exist',
               p_transfer[i], p_account[i];
           END IF;
+          -- The debit's reservation keeps room for this; it can only be
+          -- missing if the entry was released first (the engine never does).
           IF a_bal[k]::numeric + v_amount > c_max THEN
             RAISE EXCEPTION 'reversing the debit of transfer % would overflow account %',
               p_transfer[i], p_account[i];
@@ -395,6 +474,8 @@ BEGIN
           w_kind[w_n] := 'reverse_debit';
           w_amount[w_n] := v_amount;
           a_bal[k] := a_bal[k] + v_amount;
+          a_res[k] := a_res[k] - coalesce(q_held[q], 0);
+          q_held[q] := NULL;
           q_rev[q] := true;
           q_pend[q] := false;
           v_pend_dropped := true;
@@ -410,6 +491,10 @@ BEGIN
         o_status := 'voided';
       END IF;
     WHEN 'release' THEN
+      IF k IS NOT NULL THEN
+        a_res[k] := a_res[k] - coalesce(q_held[q], 0);
+      END IF;
+      q_held[q] := NULL;
       q_pend[q] := false;
       v_pend_dropped := true;
       o_status := 'released';
@@ -424,20 +509,49 @@ BEGIN
       SELECT w.tr, w.acc, w.kind, w.amount, v_now
         FROM unnest(w_tr, w_acc, w_kind, w_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
         ORDER BY w.n;
-    UPDATE saga_accounts a SET balance = s.bal
-      FROM unnest(a_id, a_bal, a_bal0) AS s(id, bal, bal0)
-      WHERE a.id = s.id AND s.bal <> s.bal0;
+  END IF;
+  IF w_n > 0 OR v_pend_dropped THEN
+    UPDATE saga_accounts a SET balance = s.bal, reserved = s.res
+      FROM unnest(a_id, a_bal, a_bal0, a_res, a_res0) AS s(id, bal, bal0, res, res0)
+      WHERE a.id = s.id AND (s.bal <> s.bal0 OR s.res <> s.res0);
+  END IF;
+  IF v_pend_added AND (NOT v_scoped OR true = ANY (q_real)) THEN
+    INSERT INTO saga_pending (account_id, transfer_id, reserved)
+      SELECT x.acc, x.tr, x.held
+        FROM unnest(q_tr, q_acc, q_pend, q_held, q_real) AS x(tr, acc, pend, held, is_real)
+        WHERE x.pend AND (x.is_real OR NOT v_scoped)
+      ON CONFLICT (account_id, transfer_id) DO UPDATE SET reserved = EXCLUDED.reserved;
   END IF;
   IF v_pend_added THEN
-    INSERT INTO saga_pending (account_id, transfer_id)
-      SELECT x.acc, x.tr FROM unnest(q_tr, q_acc, q_pend) AS x(tr, acc, pend)
-        WHERE x.pend
-      ON CONFLICT DO NOTHING;
+    IF v_scoped THEN
+      INSERT INTO pg_temp.saga_scope_pending (account_id, transfer_id, reserved)
+        SELECT x.acc, x.tr, x.held
+          FROM unnest(q_tr, q_acc, q_pend, q_held, q_real) AS x(tr, acc, pend, held, is_real)
+          WHERE x.pend AND NOT x.is_real
+        ON CONFLICT (account_id, transfer_id) DO UPDATE SET reserved = EXCLUDED.reserved;
+    END IF;
   END IF;
   IF v_pend_dropped THEN
-    DELETE FROM saga_pending e
-      USING unnest(q_tr, q_acc, q_pend) AS x(tr, acc, pend)
-      WHERE NOT x.pend AND e.account_id = x.acc AND e.transfer_id = x.tr;
+    FOR q IN 1 .. v_n LOOP
+      v_real_dropped := v_real_dropped OR coalesce(NOT q_pend[q] AND q_real[q], false);
+    END LOOP;
+    -- One primary-key probe per entry (a scalar subquery is never turned
+    -- into a join), whatever the statistics say: written as a join, an
+    -- ANALYZE that saw the table nearly empty made it a walk of the whole,
+    -- dead-tuple laden index for every batch, 10-30x slower (bench/REPORT.md).
+    IF v_real_dropped THEN
+      DELETE FROM saga_pending e
+        WHERE e.ctid = ANY (ARRAY(
+          SELECT (SELECT s.ctid FROM saga_pending s
+                    WHERE s.account_id = x.acc AND s.transfer_id = x.tr)
+            FROM unnest(q_tr, q_acc, q_pend, q_real) AS x(tr, acc, pend, is_real)
+            WHERE NOT x.pend AND x.is_real));
+    END IF;
+    IF v_scoped THEN
+      DELETE FROM pg_temp.saga_scope_pending e
+        USING unnest(q_tr, q_acc, q_pend, q_real) AS x(tr, acc, pend, is_real)
+        WHERE NOT x.pend AND e.account_id = x.acc AND e.transfer_id = x.tr;
+    END IF;
   END IF;
   IF v_voided THEN
     INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
@@ -479,14 +593,15 @@ BEGIN
 END $$;
 )sql";
 
-constexpr std::array<std::string_view, 1> kMigrations = {kV1};
+constexpr std::array<std::string_view, 2> kMigrations = {kV1, kV2};
+static_assert(kMigrations.size() == kSchemaVersion, "one migration per schema version");
 
 #define SAGA_TRANSFER_COLUMNS                                                                \
   "id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, " \
   "lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, "               \
   "finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset"
 #define SAGA_UNFINISHED "('initial', 'pending', 'applied', 'canceling')"
-#define SAGA_ACCOUNT_COLUMNS "id, balance, opening_balance, min_balance, currency, locked"
+#define SAGA_ACCOUNT_COLUMNS "id, balance, opening_balance, min_balance, currency, locked, reserved"
 #define SAGA_POSTING_COLUMNS "transfer_id, account_id, kind, amount, at_ms"
 
 // Indexed by Sql.

@@ -118,7 +118,8 @@ bool read_account(const PGresult* r, int row, Account& a) {
   a.locked = parse_bool(pg::value(r, row, 5));
   return pg::parse_int(pg::value(r, row, 1), a.balance) &&
          pg::parse_int(pg::value(r, row, 2), a.opening_balance) &&
-         pg::parse_int(pg::value(r, row, 3), a.min_balance);
+         pg::parse_int(pg::value(r, row, 3), a.min_balance) &&
+         pg::parse_int(pg::value(r, row, 6), a.reserved);
 }
 
 bool read_posting(const PGresult* r, int row, Posting& p) {
@@ -254,36 +255,63 @@ class PgStore final : public Store {
   // dead transaction fails every later call of the scope without touching
   // the server (so a call can never run outside the transaction, and never
   // half a batch is committed), and end_scope(false) rolls back.
+  // Statements whose results nobody waits for (BEGIN, the outbox flags) are
+  // not sent on their own: they go in one libpq pipeline with the next
+  // statement that is waited for (or with COMMIT), saving a round trip each
+  // per batch. A failure of one of them fails that call, and so the scope.
   bool supports_scope() const noexcept override { return true; }
 
   Status begin_scope() override {
     if (scope_ != Scope::none) return fatal("begin scope: a scope is already open");
-    if (Status s = simple("BEGIN ISOLATION LEVEL READ COMMITTED", "begin scope"); !s) return s;
+    if (Status s = guard_reentry("begin scope"); !s) return s;
+    if (Status s = ensure_connected(); !s) return s;
+    rollback();  // a connection is idle between scopes; make sure
+    if (conn_ == nullptr) {
+      return Status::retry_stage("postgresql " + display_ + ": begin scope: connection lost");
+    }
     scope_ = Scope::open;
+    begin_unsent_ = true;
+    queued_.clear();
     return Status::ok();
   }
 
   Status end_scope(bool commit) override {
     const Scope was = scope_;
     scope_ = Scope::none;
+    const bool nothing_sent = begin_unsent_;
+    begin_unsent_ = false;
     if (was == Scope::none) {
       return commit ? fatal("end scope: no scope is open") : Status::ok();
     }
     if (!commit || was == Scope::failed) {
+      queued_.clear();
       rollback();
       if (!commit) return Status::ok();
       return Status::retry_stage("postgresql " + display_ +
                                  ": a call inside the batch transaction failed; rolled back");
     }
-    if (conn_ == nullptr || PQtransactionStatus(conn_.get()) != PQTRANS_INTRANS) {
+    if (nothing_sent && queued_.empty()) return Status::ok();  // an empty transaction
+    if (conn_ == nullptr || PQtransactionStatus(conn_.get()) !=
+                                (nothing_sent ? PQTRANS_IDLE : PQTRANS_INTRANS)) {
+      queued_.clear();
       rollback();
       return Status::retry_stage("postgresql " + display_ +
                                  ": the batch transaction was lost before COMMIT; rolled back");
     }
-    // A connection lost during COMMIT leaves its outcome unknown: the caller
-    // runs the batch again, which finds what did commit (duplicates, posted
-    // legs) and repeats nothing.
-    return simple("COMMIT", "commit batch transaction");
+    // BEGIN if not sent yet, what is queued, the scope's pending entries and
+    // COMMIT, in one round trip. A connection lost during COMMIT leaves its
+    // outcome unknown: the caller runs the batch again, which finds what did
+    // commit (duplicates, posted legs) and repeats nothing.
+    scope_ = Scope::open;
+    begin_unsent_ = nothing_sent;
+    ResultPtr r;
+    Status s =
+        run_pipelined(nullptr, nullptr, r, "commit batch transaction", OnUnique::fatal, true);
+    scope_ = Scope::none;
+    begin_unsent_ = false;
+    queued_.clear();
+    if (!s) rollback();
+    return s;
   }
 
   Status now_ms(std::int64_t& out) override {
@@ -344,7 +372,7 @@ class PgStore final : public Store {
   }
 
   Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
-                    std::span<std::uint8_t> applied) override {
+                    std::span<std::uint8_t> applied, std::int64_t* at_ms) override {
     if (Status s = check_batch(batch.size(), applied.size(), "transition"); !s) return s;
     if (batch.empty()) return Status::ok();
     ArrayLiteral id, from, to, reason, owner, epoch;
@@ -365,8 +393,11 @@ class PgStore final : public Store {
     if (Status s = run(Sql::transition, p, r, "transition"); !s) return s;
     if (Status s = check_rows(r.get(), batch.size(), "transition"); !s) return s;
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      applied[i] =
-          static_cast<std::uint8_t>(parse_bool(pg::value(r.get(), static_cast<int>(i), 0)));
+      const int row = static_cast<int>(i);
+      applied[i] = static_cast<std::uint8_t>(!pg::is_null(r.get(), row, 0));
+      if (applied[i] && at_ms != nullptr && !pg::parse_int(pg::value(r.get(), row, 0), *at_ms)) {
+        return fatal("transition: unexpected result " + std::string(pg::value(r.get(), row, 0)));
+      }
     }
     return Status::ok();
   }
@@ -406,6 +437,7 @@ class PgStore final : public Store {
     for (std::string_view id : ids) a.text(id);
     Params p;
     if (!add_array(p, std::move(a))) return nul_byte("mark notified");
+    if (scope_ == Scope::open) return enqueue(Sql::mark_notified, std::move(p), "mark notified");
     ResultPtr r;
     return run(Sql::mark_notified, p, r, "mark notified");
   }
@@ -600,6 +632,7 @@ class PgStore final : public Store {
   Status pending_for_account(std::string_view account_id,
                              std::vector<std::string>& transfer_ids) override {
     transfer_ids.clear();
+    if (Status s = flush_scope_pending("pending for account"); !s) return s;
     Params p;
     p.text(account_id);
     ResultPtr r;
@@ -631,6 +664,7 @@ class PgStore final : public Store {
   }
 
   Status scan_pending(const std::function<void(const PendingEntry&)>& fn) override {
+    if (Status s = flush_scope_pending("scan pending"); !s) return s;
     Params p;
     PendingEntry e;
     return scan(Sql::scan_pending, p, "scan pending", [&](const PGresult* r) {
@@ -843,7 +877,7 @@ class PgStore final : public Store {
     }
     if (scope_ == Scope::open &&
         (conn_ == nullptr || PQstatus(conn_.get()) != CONNECTION_OK ||
-         PQtransactionStatus(conn_.get()) != PQTRANS_INTRANS)) {
+         PQtransactionStatus(conn_.get()) != (begin_unsent_ ? PQTRANS_IDLE : PQTRANS_INTRANS))) {
       scope_ = Scope::failed;
       return Status::retry_stage("postgresql " + display_ + ": " + op +
                                  ": the batch transaction was lost (connection or server)");
@@ -884,6 +918,9 @@ class PgStore final : public Store {
     if (!p.ok()) return nul_byte(op.c_str());
     if (Status s = ensure_connected(); !s) return s;
     if (Status s = ensure_prepared(sql); !s) return s;
+    if (scope_ == Scope::open && (begin_unsent_ || !queued_.empty())) {
+      return run_pipelined(&sql, &p, out, op, on_unique, false);
+    }
     const pg::Statement& st = pg::statement(sql);
     ResultPtr r(PQexecPrepared(conn_.get(), st.name, p.count(), p.values(), nullptr, nullptr, 0));
     const ExecStatusType status = PQresultStatus(r.get());
@@ -894,10 +931,121 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
+  // Reads of the pending list inside a scope must see the entries the scope
+  // keeps aside (saga_apply_legs): they move to saga_pending first.
+  Status flush_scope_pending(const char* op) {
+    if (scope_ == Scope::none) return Status::ok();
+    return simple("SELECT saga_flush_scope_pending()", op);
+  }
+
+  // Inside a scope: a statement whose result nobody waits for, sent ahead of
+  // the next one that is waited for (or with COMMIT).
+  Status enqueue(Sql sql, Params&& p, const char* op) {
+    if (Status s = guard_reentry(op); !s) return s;
+    if (!p.ok()) return nul_byte(op);
+    if (Status s = ensure_prepared(sql); !s) return s;
+    if (queued_.size() >= kQueuedMax) {  // bound: send what is queued now
+      ResultPtr r;
+      if (Status s = run_pipelined(nullptr, nullptr, r, op, OnUnique::fatal, false); !s) return s;
+    }
+    queued_.push_back({sql, std::move(p), op});
+    return Status::ok();
+  }
+
+  // One round trip in pipeline mode: BEGIN if not sent yet, the queued
+  // statements, then `sql` (its result goes to `out`) or COMMIT (`commit`)
+  // or nothing. The first failure is reported as that statement's own; the
+  // server skips the rest (the transaction is dead anyway). Anything
+  // unexpected on the wire drops the connection: the scope fails and the
+  // batch runs again.
+  Status run_pipelined(const Sql* sql, Params* p, ResultPtr& out, const std::string& op,
+                       OnUnique on_unique, bool commit) {
+    PGconn* c = conn_.get();
+    auto lost = [&](const char* what) {
+      const std::string message = "postgresql " + display_ + ": " + op + ": pipeline " + what +
+                                  ": " + pg::describe(nullptr, c);
+      conn_.reset();
+      queued_.clear();
+      begin_unsent_ = false;
+      return scope_failure(pg::Failure::connection, message);
+    };
+    if (PQenterPipelineMode(c) == 0) return lost("not entered");
+    int sent = 0;
+    bool ok = true;
+    auto send_text = [&](const char* text) {
+      ok = ok && PQsendQueryParams(c, text, 0, nullptr, nullptr, nullptr, nullptr, 0) != 0;
+      ++sent;
+    };
+    const int prologue = begin_unsent_ ? 2 : 0;
+    if (begin_unsent_) {
+      send_text("BEGIN ISOLATION LEVEL READ COMMITTED");
+      // saga_apply_legs keeps the pending entries it adds in this
+      // transaction aside until saga_flush_scope_pending (sent with COMMIT).
+      send_text("SET LOCAL saga.scope = 'on'");
+    }
+    for (Queued& q : queued_) {
+      if (!ok) break;
+      const pg::Statement& st = pg::statement(q.sql);
+      ok = PQsendQueryPrepared(c, st.name, q.params.count(), q.params.values(), nullptr, nullptr,
+                               0) != 0;
+      ++sent;
+    }
+    if (ok && sql != nullptr) {
+      const pg::Statement& st = pg::statement(*sql);
+      ok = PQsendQueryPrepared(c, st.name, p->count(), p->values(), nullptr, nullptr, 0) != 0;
+      ++sent;
+    } else if (ok && commit) {
+      send_text("SELECT saga_flush_scope_pending()");
+      send_text("COMMIT");
+    }
+    if (!ok || PQpipelineSync(c) == 0) return lost("send failed");
+    ResultPtr error;
+    int error_at = -1;
+    for (int k = 0; k < sent; ++k) {
+      ResultPtr r{PQgetResult(c)};
+      if (!r) return lost("ended early");
+      const ExecStatusType status = PQresultStatus(r.get());
+      if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+        if (!error && status != PGRES_PIPELINE_ABORTED) {  // aborted: skipped after the error
+          error = std::move(r);
+          error_at = k;
+        }
+      } else if (k == sent - 1 && sql != nullptr) {
+        out = std::move(r);
+      }
+      // A NULL ends each statement's results.
+      if (ResultPtr end{PQgetResult(c)}) return lost("out of step");
+    }
+    ResultPtr sync{PQgetResult(c)};
+    if (!sync || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) return lost("out of step");
+    if (PQexitPipelineMode(c) == 0) return lost("not left");
+    std::string failed_op = op;
+    if (error_at >= prologue && error_at - prologue < static_cast<int>(queued_.size())) {
+      failed_op = queued_[static_cast<std::size_t>(error_at - prologue)].op;
+    } else if (error_at >= 0 && error_at < prologue) {
+      failed_op = "begin scope";
+    }
+    begin_unsent_ = false;
+    queued_.clear();
+    if (error) {
+      return failure(error.get(), failed_op, error_at == sent - 1 ? on_unique : OnUnique::fatal);
+    }
+    return Status::ok();
+  }
+
+  // Inside a scope, what is not sent yet (BEGIN, queued statements) goes
+  // ahead of a statement that does not ride in a pipeline.
+  Status send_unsent(const std::string& op) {
+    if (scope_ != Scope::open || (!begin_unsent_ && queued_.empty())) return Status::ok();
+    ResultPtr none;
+    return run_pipelined(nullptr, nullptr, none, op, OnUnique::fatal, false);
+  }
+
   // An unprepared statement (schema management and probes).
   Status simple(const std::string& sql, const std::string& op, ResultPtr* out = nullptr) {
     if (Status s = guard_reentry(op); !s) return s;
     if (Status s = ensure_connected(); !s) return s;
+    if (Status s = send_unsent(op); !s) return s;
     ResultPtr r(PQexec(conn_.get(), sql.c_str()));
     const ExecStatusType status = PQresultStatus(r.get());
     if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
@@ -915,6 +1063,7 @@ class PgStore final : public Store {
               const std::function<bool(const PGresult*)>& row) {
     if (Status s = guard_reentry(op); !s) return s;
     if (Status s = ensure_connected(); !s) return s;
+    if (Status s = send_unsent(op); !s) return s;
     if (Status s = ensure_prepared(sql); !s) return s;
     const pg::Statement& st = pg::statement(sql);
     if (PQsendQueryPrepared(conn_.get(), st.name, p.count(), p.values(), nullptr, nullptr, 0) ==
@@ -989,6 +1138,14 @@ class PgStore final : public Store {
   bool in_scan_ = false;
   enum class Scope : std::uint8_t { none, open, failed };
   Scope scope_ = Scope::none;
+  bool begin_unsent_ = false;  // scope open, BEGIN not yet sent
+  struct Queued {
+    Sql sql;
+    Params params;
+    const char* op;
+  };
+  static constexpr std::size_t kQueuedMax = 4;  // a batch queues one (its outbox flags)
+  std::vector<Queued> queued_;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@ void SagaItem::assign(const TransferDoc& doc) {
   amount = doc.amount;
   epoch = doc.epoch;
   requested_at_ms = doc.requested_at_ms;
+  finished_at_ms = doc.finished_at_ms;
   state = doc.state;
   reason = doc.reason;
   dropped = false;
@@ -190,10 +191,11 @@ Status SagaEngine::step_legs(std::vector<SagaItem>& items) {
     if (!items[i].dropped && items[i].state == TransferState::pending) pending_.push_back(i);
   }
   // Waves: each wave posts its debits, then its credits, in batch order. A
-  // transfer whose debit could come out differently than if the batch ran
-  // one transfer at a time (it needs a credit or a reversal of this wave) is
-  // deferred to the next wave, with every later transfer sharing an account
-  // with it, so the batch gives the one-by-one result.
+  // transfer whose legs could come out differently than if the batch ran
+  // one transfer at a time (its debit needs a credit, reversal or release of
+  // this wave; its credit would see reservations one by one had released)
+  // is deferred to the next wave, with every later transfer sharing an
+  // account with it, so the batch gives the one-by-one result.
   while (!pending_.empty()) {
     if (Status s = load_snapshot(items); !s) return s;
     plan_wave(items);
@@ -237,6 +239,7 @@ Status SagaEngine::load_snapshot(std::vector<SagaItem>& items) {
       if (!a.exists) continue;
       a.locked = snapshot_[k]->locked;
       a.balance = snapshot_[k]->balance;
+      a.reserved = snapshot_[k]->reserved;
       a.min_balance = snapshot_[k]->min_balance;
       a.currency = snapshot_[k]->currency;
     }
@@ -251,9 +254,11 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
   for (auto& [id, a] : accounts_) {
     a.write_balance = a.balance;
     a.sequential_balance = a.balance;
-    a.blocked = a.no_debits = false;
-    a.credited = a.reversed = 0;
+    a.write_reserved = a.reserved;
+    a.credited = 0;
+    a.blocked = false;
   }
+  constexpr WideAmount kMax = INT64_MAX;
   for (std::size_t i : pending_) {
     const SagaItem& it = items[i];
     AccountSnap& src = accounts_[it.source];
@@ -262,7 +267,7 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
       deferred_.push_back(i);
       src.blocked = dst.blocked = true;
     };
-    if (src.blocked || dst.blocked || src.no_debits) {
+    if (src.blocked || dst.blocked) {
       defer();
       continue;
     }
@@ -272,13 +277,23 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
       wave_.push_back(i);
       continue;
     }
+    // One by one, every earlier transfer of the batch has finished (released
+    // or reversed) when this one starts: its debit sees the sequential
+    // balance and the snapshot's reservation. In the wave, debits land
+    // first, each seeing the wave's earlier debits (balance and
+    // reservation), and credits after all debits, each seeing
+    // balance + reserved as of the snapshot (debits leave it unchanged)
+    // plus the wave's earlier credits; releases and reversals come after
+    // the wave. Where that changes an outcome, the transfer waits for a
+    // later wave (where, first on its accounts, it sees what one by one
+    // would).
     std::int64_t write_next = 0;
     std::int64_t seq_next = 0;
     const bool write_ok = !__builtin_sub_overflow(src.write_balance, it.amount, &write_next) &&
                           write_next >= src.min_balance;
     const bool seq_ok = !__builtin_sub_overflow(src.sequential_balance, it.amount, &seq_next) &&
                         seq_next >= src.min_balance;
-    if (seq_ok && !write_ok) {  // one by one it passes, in this wave it would not
+    if (seq_ok && !write_ok) {
       defer();
       continue;
     }
@@ -286,41 +301,33 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
       wave_.push_back(i);
       continue;
     }
-    // In the wave, credits land after all debits and reversals after all
-    // credits. Near INT64_MAX that order can change an outcome: a credit
-    // refused for overflow one by one could fit after a later debit, and a
-    // reversal could overflow after the wave's credits. Such a transfer waits
-    // for a later wave (where, first on its accounts, it always fits).
-    constexpr WideAmount kMax = INT64_MAX;
-    const std::string& currency = it.currency.empty() ? src.currency : it.currency;
-    const bool credit_accepted = dst.exists && !dst.locked &&
-                                 (currency.empty() || dst.currency.empty() || currency == dst.currency);
-    const bool credit_fits = static_cast<WideAmount>(dst.sequential_balance) + it.amount <= kMax;
-    if (credit_accepted && !credit_fits &&
-        static_cast<WideAmount>(dst.write_balance) + dst.credited + it.amount <= kMax) {
+    if (static_cast<WideAmount>(src.reserved) + it.amount > kMax) {  // overflow either way
+      wave_.push_back(i);
+      continue;
+    }
+    if (src.write_reserved + it.amount > kMax) {
       defer();
       continue;
     }
-    const bool credit_ok = credit_accepted && credit_fits;
-    // Every account keeps room for the reversals planned on it whatever
-    // lands before them: after the wave's debits, its credits and reversals
-    // so far stay within INT64_MAX.
-    AccountSnap& grows = credit_ok ? dst : src;
-    const std::int64_t base = credit_ok ? dst.write_balance : write_next;
-    if (static_cast<WideAmount>(base) + grows.credited + grows.reversed + it.amount > kMax) {
+    const std::string& currency = it.currency.empty() ? src.currency : it.currency;
+    const bool credit_accepted = dst.exists && !dst.locked &&
+                                 (currency.empty() || dst.currency.empty() || currency == dst.currency);
+    const WideAmount seq_total = static_cast<WideAmount>(dst.sequential_balance) + dst.reserved;
+    const WideAmount wave_total = static_cast<WideAmount>(dst.balance) + dst.reserved + dst.credited;
+    const bool credit_ok = credit_accepted && seq_total + it.amount <= kMax;
+    if (credit_ok && wave_total + it.amount > kMax) {
       defer();
       continue;
     }
     wave_.push_back(i);
     src.write_balance = write_next;
+    src.write_reserved += it.amount;
     src.sequential_balance = seq_next;
     if (credit_ok) {
-      dst.sequential_balance += it.amount;  // lands after this wave's debits
+      dst.sequential_balance += it.amount;
       dst.credited += it.amount;
     } else {
       src.sequential_balance += it.amount;  // one by one, reversed at once
-      src.reversed += it.amount;
-      if (credit_accepted) dst.no_debits = true;  // refused for overflow
     }
   }
 }
@@ -489,10 +496,12 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
   }
   applied_.assign(transition_batch_.size(), 0);
   Status s = Status::ok();
+  std::int64_t written_at_ms = 0;
   if (!transition_batch_.empty()) {
     s = with_retries("transition", [&] {
       if (Status fp = SAGA_FAILPOINT("before_", stage); !fp) return fp;
-      Status r = ledger_.transfers().transition(transition_batch_, options_.lease_ms, applied_);
+      Status r = ledger_.transfers().transition(transition_batch_, options_.lease_ms, applied_,
+                                                &written_at_ms);
       if (!r) return r;
       return SAGA_FAILPOINT("after_", stage);
     });
@@ -515,6 +524,7 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
     if (transitions_[k].to == TransferState::canceled) observer_->on_compensation(transitions_[k].reason);
     it.state = transitions_[k].to;
     it.reason = transitions_[k].reason;
+    if (is_terminal(it.state)) it.finished_at_ms = written_at_ms;
   }
   transitions_.clear();
   for (std::size_t f = 0; f < counts.size(); ++f) {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "sagapool/sqlite_store.hpp"
@@ -41,17 +42,21 @@ constexpr const char* kSchema[] = {
     // The recovery pass and the stuck gauges read only unfinished work.
     "DROP INDEX IF EXISTS transfers_unfinished",  // spelled with IN before
     "CREATE INDEX IF NOT EXISTS transfers_open ON transfers(lease_until) WHERE " SAGA_OPEN_TRANSFER,
+    // reserved: the sum of the pending entries' reserved (schema version 2).
     R"(CREATE TABLE IF NOT EXISTS accounts (
          id TEXT PRIMARY KEY, balance INTEGER NOT NULL, opening_balance INTEGER NOT NULL,
          min_balance INTEGER NOT NULL, currency TEXT NOT NULL,
-         locked INTEGER NOT NULL) WITHOUT ROWID)",
+         locked INTEGER NOT NULL, reserved INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID)",
     R"(CREATE TABLE IF NOT EXISTS postings (
          transfer_id TEXT NOT NULL, account_id TEXT NOT NULL, kind TEXT NOT NULL,
          amount INTEGER NOT NULL, at INTEGER NOT NULL,
          PRIMARY KEY (transfer_id, account_id, kind)) WITHOUT ROWID)",
     R"(CREATE INDEX IF NOT EXISTS postings_account ON postings(account_id, at))",
+    // reserved: what the entry holds in its account's reserved (a debit's
+    // amount, 0 for a credit); given back when the entry is dropped.
     R"(CREATE TABLE IF NOT EXISTS pending (
          account_id TEXT NOT NULL, transfer_id TEXT NOT NULL,
+         reserved INTEGER NOT NULL DEFAULT 0,
          PRIMARY KEY (account_id, transfer_id)) WITHOUT ROWID)",
     // A void fences a leg against zombies: once present, that leg never posts.
     R"(CREATE TABLE IF NOT EXISTS leg_voids (
@@ -63,6 +68,12 @@ constexpr const char* kTransferColumns =
     "id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, "
     "lease_until, reason, created_at, last_modified, requested_at, finished_at, attempts, "
     "notified, origin_topic, origin_partition, origin_offset";
+
+// A pending entry added again (a debit and a credit of one transfer on one
+// account; the engine never sends that) holds both reservations.
+constexpr const char* kAddPending =
+    "INSERT OR FAIL INTO pending(account_id, transfer_id, reserved) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT(account_id, transfer_id) DO UPDATE SET reserved = reserved + excluded.reserved";
 
 std::int64_t wall_now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -109,12 +120,45 @@ class SqliteStore final : public Store {
     for (const char* stmt : kSchema) {
       if (Status s = exec(stmt); !s) return s;
     }
+    if (Status s = add_reserved_columns(); !s) return s;
     if (Status s = exec("INSERT INTO meta(key, value) VALUES ('schema_version', '" +
                         std::to_string(kSchemaVersion) +
                         "') ON CONFLICT(key) DO UPDATE SET value = excluded.value");
         !s)
       return s;
     return tx.commit();
+  }
+
+  // Upgrade from schema version 1: the reservation columns, filled from the
+  // pending entries of debits not reversed. Only when a column is added, so
+  // a second `init` changes nothing.
+  Status add_reserved_columns() {
+    bool added = false;
+    for (const char* table : {"accounts", "pending"}) {
+      Stmt* st = nullptr;
+      if (Status s = prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = 'reserved'", st); !s)
+        return s;
+      bind_arg(st, 1, std::string_view(table));
+      const int rc = sqlite3_step(st->get());
+      sqlite3_reset(st->get());
+      if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
+      if (rc == SQLITE_ROW) continue;
+      if (Status s = exec(std::string("ALTER TABLE ") + table +
+                          " ADD COLUMN reserved INTEGER NOT NULL DEFAULT 0");
+          !s)
+        return s;
+      added = true;
+    }
+    if (!added) return Status::ok();
+    if (Status s = exec("UPDATE pending SET reserved = coalesce((SELECT d.amount FROM postings d "
+                        "WHERE d.transfer_id = pending.transfer_id AND d.account_id = "
+                        "pending.account_id AND d.kind = 'debit' AND NOT EXISTS (SELECT 1 FROM "
+                        "postings r WHERE r.transfer_id = d.transfer_id AND r.account_id = "
+                        "d.account_id AND r.kind = 'reverse_debit')), 0)");
+        !s)
+      return s;
+    return exec("UPDATE accounts SET reserved = coalesce((SELECT sum(e.reserved) FROM pending e "
+                "WHERE e.account_id = accounts.id), 0)");
   }
 
   Status refuse_newer_schema() {
@@ -294,7 +338,7 @@ class SqliteStore final : public Store {
   }
 
   Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
-                    std::span<std::uint8_t> applied) override {
+                    std::span<std::uint8_t> applied, std::int64_t* at_ms) override {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
@@ -307,6 +351,7 @@ class SqliteStore final : public Store {
         !s)
       return s;
     const std::int64_t now = wall_now_ms();
+    if (at_ms != nullptr) *at_ms = now;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const Transition& t = batch[i];
       if (FreshTransfer* f = fresh(t.id)) {
@@ -533,8 +578,8 @@ class SqliteStore final : public Store {
   Status read_account(std::string_view id, std::optional<Account>& out) {
     out.reset();
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
-                           "FROM accounts WHERE id = ?1",
+    if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked, "
+                           "reserved FROM accounts WHERE id = ?1",
                            st);
         !s)
       return s;
@@ -618,8 +663,8 @@ class SqliteStore final : public Store {
   Status scan_accounts(const std::function<void(const Account&)>& fn) override {
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked "
-                           "FROM accounts",
+    if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked, "
+                           "reserved FROM accounts",
                            st);
         !s)
       return s;
@@ -658,7 +703,8 @@ class SqliteStore final : public Store {
     Stmt* insert_posting;
     Stmt* set_balance;
     Stmt* add_pending;
-    Stmt* drop_pending;
+    Stmt* drop_pending;  // returns what the entry reserved
+    Stmt* unreserve;
     Stmt* insert_void;
     Stmt* has_posting;
   };
@@ -669,14 +715,16 @@ class SqliteStore final : public Store {
          "SELECT EXISTS(SELECT 1 FROM leg_voids WHERE transfer_id = ?1 AND account_id = ?2 "
          "AND kind = ?3), EXISTS(SELECT 1 FROM postings WHERE transfer_id = ?1 AND "
          "account_id = ?2 AND kind = ?3), a.id IS NOT NULL, a.balance, a.min_balance, "
-         "a.currency, a.locked FROM (SELECT 1) LEFT JOIN accounts a ON a.id = ?2"},
+         "a.currency, a.locked, a.reserved FROM (SELECT 1) LEFT JOIN accounts a ON a.id = ?2"},
         {&l.insert_posting,
          "INSERT OR FAIL INTO postings(transfer_id, account_id, kind, amount, at) "
          "VALUES (?1, ?2, ?3, ?4, ?5)"},
-        {&l.set_balance, "UPDATE OR FAIL accounts SET balance = ?1 WHERE id = ?2"},
-        {&l.add_pending,
-         "INSERT OR FAIL INTO pending(account_id, transfer_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING"},
-        {&l.drop_pending, "DELETE FROM pending WHERE account_id = ?1 AND transfer_id = ?2"},
+        {&l.set_balance,
+         "UPDATE OR FAIL accounts SET balance = ?1, reserved = reserved + ?3 WHERE id = ?2"},
+        {&l.add_pending, kAddPending},
+        {&l.drop_pending,
+         "DELETE FROM pending WHERE account_id = ?1 AND transfer_id = ?2 RETURNING reserved"},
+        {&l.unreserve, "UPDATE OR FAIL accounts SET reserved = reserved - ?1 WHERE id = ?2"},
         {&l.insert_void,
          "INSERT OR FAIL INTO leg_voids(transfer_id, account_id, kind) VALUES (?1, ?2, ?3) "
          "ON CONFLICT DO NOTHING"},
@@ -696,6 +744,7 @@ class SqliteStore final : public Store {
     std::int64_t balance = 0;
     std::int64_t min_balance = 0;
     bool locked = false;
+    std::int64_t reserved = 0;
   };
 
   Status probe_leg(Legs& l, const LegRequest& req, PostingKind kind, Probe& p,
@@ -717,6 +766,7 @@ class SqliteStore final : public Store {
     p.min_balance = sqlite3_column_int64(st, 4);
     currency.assign(column_view(st, 5));
     p.locked = sqlite3_column_int(st, 6) != 0;
+    p.reserved = sqlite3_column_int64(st, 7);
     sqlite3_reset(st);
     return Status::ok();
   }
@@ -729,6 +779,10 @@ class SqliteStore final : public Store {
     bind_arg(l.insert_posting, 4, req.amount);
     bind_arg(l.insert_posting, 5, now);
     if (Status s = step_done(l.insert_posting, "insert posting"); !s) return s;
+    // A debit reserves its amount for its reversal; dropping the entry (the
+    // reversal) gives back what the entry held.
+    const std::int64_t reserve = kind == PostingKind::debit ? req.amount : 0;
+    std::int64_t released = 0;
     if (in_scope_) {
       ScopeAccount* a = nullptr;
       if (Status s = scope_account(req.account_id, a); !s) return s;
@@ -737,21 +791,69 @@ class SqliteStore final : public Store {
       if (FreshTransfer* f = fresh(req.transfer_id)) {
         f->marks |= mark_of(kind);
         if (pending) {
-          f->marks |= pending_mark(*f, req.account_id);
+          a->row.reserved += hold(*f, req.account_id, reserve);
         } else {
-          release_mark(*f, req.account_id);
+          a->row.reserved -= release_mark(*f, req.account_id);
         }
         return Status::ok();
       }
-    } else {
-      bind_arg(l.set_balance, 1, new_balance);
-      bind_arg(l.set_balance, 2, req.account_id);
-      if (Status s = step_done(l.set_balance, "update balance"); !s) return s;
+      if (pending) {
+        if (Status s = add_pending(l, req, reserve); !s) return s;
+      } else if (Status s = drop_pending(l, req, released); !s) {
+        return s;
+      }
+      a->row.reserved += reserve - released;
+      return Status::ok();
     }
-    Stmt* pend = pending ? l.add_pending : l.drop_pending;
-    bind_arg(pend, 1, req.account_id);
-    bind_arg(pend, 2, req.transfer_id);
-    return step_done(pend, "pending entry");
+    if (pending) {
+      if (Status s = add_pending(l, req, reserve); !s) return s;
+    } else if (Status s = drop_pending(l, req, released); !s) {
+      return s;
+    }
+    bind_arg(l.set_balance, 1, new_balance);
+    bind_arg(l.set_balance, 2, req.account_id);
+    bind_arg(l.set_balance, 3, reserve - released);
+    return step_done(l.set_balance, "update balance");
+  }
+
+  Status add_pending(Legs& l, const LegRequest& req, std::int64_t reserve) {
+    bind_arg(l.add_pending, 1, req.account_id);
+    bind_arg(l.add_pending, 2, req.transfer_id);
+    bind_arg(l.add_pending, 3, reserve);
+    return step_done(l.add_pending, "pending entry");
+  }
+
+  // Drops the entry; `released` := what it reserved (0 if it was not there).
+  Status drop_pending(Legs& l, const LegRequest& req, std::int64_t& released) {
+    bind_arg(l.drop_pending, 1, req.account_id);
+    bind_arg(l.drop_pending, 2, req.transfer_id);
+    const int rc = sqlite3_step(l.drop_pending->get());
+    released = rc == SQLITE_ROW ? sqlite3_column_int64(l.drop_pending->get(), 0) : 0;
+    sqlite3_reset(l.drop_pending->get());
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "drop pending entry");
+    return Status::ok();
+  }
+
+  // A release: the entry and what it reserved go; idempotent, since only a
+  // present entry gives anything back.
+  Status release_entry(Legs& l, const LegRequest& req) {
+    std::int64_t released = 0;
+    if (FreshTransfer* f = fresh(req.transfer_id)) {
+      released = release_mark(*f, req.account_id);
+    } else if (Status s = drop_pending(l, req, released); !s) {
+      return s;
+    }
+    if (released == 0) return Status::ok();
+    if (in_scope_) {
+      ScopeAccount* a = nullptr;
+      if (Status s = scope_account(req.account_id, a); !s) return s;
+      a->row.reserved -= released;
+      a->dirty = true;
+      return Status::ok();
+    }
+    bind_arg(l.unreserve, 1, released);
+    bind_arg(l.unreserve, 2, req.account_id);
+    return step_done(l.unreserve, "release reservation");
   }
 
   Status insert_void(Legs& l, const LegRequest& req) {
@@ -786,11 +888,16 @@ class SqliteStore final : public Store {
           return out.reason = Reason::currency_mismatch, Status::ok();
         }
         std::int64_t next = 0;
+        std::int64_t room = 0;  // debit: reserved after; credit: balance + reserved after
         if (debit) {
           if (__builtin_sub_overflow(p.balance, req.amount, &next) || next < p.min_balance) {
             return out.reason = Reason::insufficient_funds, Status::ok();
           }
-        } else if (__builtin_add_overflow(p.balance, req.amount, &next)) {
+          if (__builtin_add_overflow(p.reserved, req.amount, &room)) {
+            return out.reason = Reason::overflow, Status::ok();
+          }
+        } else if (__builtin_add_overflow(p.balance, req.amount, &next) ||
+                   __builtin_add_overflow(next, p.reserved, &room)) {
           return out.reason = Reason::overflow, Status::ok();
         }
         if (Status s = post(l, req, debit ? PostingKind::debit : PostingKind::credit, next, now,
@@ -810,6 +917,8 @@ class SqliteStore final : public Store {
         bool reversed = false;
         if (Status s = has_posting(l, req, PostingKind::reverse_debit, reversed); !s) return s;
         if (reversed) return Status::ok();
+        // The debit's reservation keeps room for this; it can only be missing
+        // if the entry was released first, which the engine never does.
         std::int64_t next = 0;
         if (__builtin_add_overflow(p.balance, req.amount, &next)) {
           return Status::fatal("reversing debit of transfer " + std::string(req.transfer_id) +
@@ -826,14 +935,7 @@ class SqliteStore final : public Store {
       }
       case LegOp::release: {
         out.status = LegStatus::released;
-        if (FreshTransfer* f = fresh(req.transfer_id)) {
-          release_mark(*f, req.account_id);
-          return Status::ok();
-        }
-        bind_arg(l.drop_pending, 1, req.account_id);
-        bind_arg(l.drop_pending, 2, req.transfer_id);
-        out.status = LegStatus::released;
-        return step_done(l.drop_pending, "release pending");
+        return release_entry(l, req);
       }
     }
     return Status::fatal("unknown leg operation");
@@ -906,6 +1008,7 @@ class SqliteStore final : public Store {
       a.min_balance = sqlite3_column_int64(s, 3);
       a.currency = column_text(s, 4);
       a.locked = sqlite3_column_int(s, 5) != 0;
+      a.reserved = sqlite3_column_int64(s, 6);
       fn(a);
     }
     sqlite3_reset(st->get());
@@ -998,6 +1101,7 @@ class SqliteStore final : public Store {
     TransferState state = TransferState::initial;
     Reason reason = Reason::none;
     std::uint8_t marks = 0;
+    std::int64_t held_source = 0, held_destination = 0;  // reserved by its pending marks
 
     static FreshTransfer of(const NewTransfer& t, std::string_view owner, std::int64_t now,
                             std::int64_t lease_ms) {
@@ -1034,8 +1138,30 @@ class SqliteStore final : public Store {
     return 0;
   }
 
-  static void release_mark(FreshTransfer& f, std::string_view account) {
+  static std::int64_t* held(FreshTransfer& f, std::string_view account) {
+    if (account == f.source) return &f.held_source;
+    if (account == f.destination) return &f.held_destination;
+    return nullptr;
+  }
+
+  // Marks the pending entry held; returns what it newly reserves (nothing
+  // on an account that is neither end: no entry is kept there).
+  static std::int64_t hold(FreshTransfer& f, std::string_view account, std::int64_t reserve) {
+    std::int64_t* h = held(f, account);
+    if (h == nullptr) return 0;
+    f.marks |= pending_mark(f, account);
+    *h += reserve;
+    return reserve;
+  }
+
+  // Drops the pending mark; returns what it reserved.
+  static std::int64_t release_mark(FreshTransfer& f, std::string_view account) {
     f.marks = static_cast<std::uint8_t>(f.marks & ~pending_mark(f, account));
+    std::int64_t* h = held(f, account);
+    if (h == nullptr) return 0;
+    const std::int64_t released = *h;
+    *h = 0;
+    return released;
   }
 
   FreshTransfer* fresh(std::string_view transfer_id) {
@@ -1077,6 +1203,7 @@ class SqliteStore final : public Store {
     p.balance = a->row.balance;
     p.min_balance = a->row.min_balance;
     p.locked = a->row.locked;
+    p.reserved = a->row.reserved;
     currency.assign(a->row.currency);
     return Status::ok();
   }
@@ -1104,16 +1231,15 @@ class SqliteStore final : public Store {
     if (!in_scope_) return Status::ok();
     Stmt* bal = nullptr;
     Stmt* pend = nullptr;
-    if (Status s = prepare("UPDATE OR FAIL accounts SET balance = ?1 WHERE id = ?2", bal); !s) return s;
-    if (Status s = prepare("INSERT OR FAIL INTO pending(account_id, transfer_id) VALUES (?1, ?2) "
-                           "ON CONFLICT DO NOTHING",
-                           pend);
+    if (Status s = prepare("UPDATE OR FAIL accounts SET balance = ?1, reserved = ?3 WHERE id = ?2", bal);
         !s)
       return s;
+    if (Status s = prepare(kAddPending, pend); !s) return s;
     for (auto& [id, a] : scope_accounts_) {
       if (!a.dirty) continue;
       bind_arg(bal, 1, a.row.balance);
       bind_arg(bal, 2, std::string_view(id));
+      bind_arg(bal, 3, a.row.reserved);
       if (Status s = step_done(bal, "update balance"); !s) return s;
       a.dirty = false;
     }
@@ -1148,11 +1274,13 @@ class SqliteStore final : public Store {
       bind_arg(row, 18, static_cast<std::int64_t>(f.origin_partition));
       bind_arg(row, 19, f.origin_offset);
       if (Status s = step_done(row, "insert transfer"); !s) return s;
-      for (const auto& [mark, account] : {std::pair{kSourcePending, &f.source},
-                                          std::pair{kDestinationPending, &f.destination}}) {
+      for (const auto& [mark, account, reserve] :
+           {std::tuple{kSourcePending, &f.source, f.held_source},
+            std::tuple{kDestinationPending, &f.destination, f.held_destination}}) {
         if ((f.marks & mark) == 0) continue;
         bind_arg(pend, 1, std::string_view(*account));
         bind_arg(pend, 2, std::string_view(id));
+        bind_arg(pend, 3, reserve);
         if (Status s = step_done(pend, "pending entry"); !s) return s;
       }
     }

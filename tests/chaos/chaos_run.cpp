@@ -81,7 +81,6 @@ struct Figures {
   std::uint64_t reads_unanswered = 0;
   std::uint64_t unexpected_exits = 0;
   std::uint64_t outcome_messages = 0;
-  std::uint64_t republished_other_time = 0;  // same outcome, another finished_at
   std::map<std::string, std::uint64_t> outcomes;  // "done", "canceled/<reason>"
   std::uint64_t dead_letters = 0;
   std::int64_t settle_ms = 0;
@@ -151,6 +150,16 @@ std::string group_state(rd_kafka_t& rk, const std::string& group) {
       raw, &rd_kafka_group_list_destroy);
   return list->group_cnt == 1 && list->groups[0].state != nullptr ? list->groups[0].state : "";
 }
+
+// librdkafka 2.0's mock cluster aborts on this assertion now and then when
+// consumers rejoin after its brokers come back up (seen about once in 15
+// runs of several minutes); it is not an outcome of the system under test.
+constexpr std::string_view kMockAssertion = "rd_kafka_mock_cgrp_member_add: Assertion";
+constexpr int kMockAbortAttempts = 3;
+
+struct MockClusterAborted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class ChaosRun {
  public:
@@ -363,8 +372,10 @@ void ChaosRun::observe_for(Ms duration) {
   for (;;) {
     if (g_interrupted) throw std::runtime_error("interrupted");
     if (!broker_.running()) {
-      throw std::runtime_error("saga-broker exited (librdkafka's mock cluster); its log ends:\n" +
-                               tail(test::read_file(dir_ / "broker.log"), 5));
+      const std::string log = test::read_file(dir_ / "broker.log");
+      const std::string what = "saga-broker exited (librdkafka's mock cluster); its log ends:\n" + tail(log, 5);
+      if (log.find(kMockAssertion) != std::string::npos) throw MockClusterAborted(what);
+      throw std::runtime_error(what);
     }
     check_workers();
     const auto now = Clock::now();
@@ -471,14 +482,9 @@ void ChaosRun::check_outcomes() {
     if (r.key != id) problem("outcome for " + id + " keyed " + r.key);
     const auto [it, fresh] = first.emplace(id, j);
     if (!fresh) {
-      // A fresh outcome carries the publishing worker's clock, a republished
-      // one the store's finished_at (docs/RELIABILITY.md, known issues).
-      json a = it->second;
-      json b = j;
-      if (a.value("finished_at", "") != b.value("finished_at", "")) ++f_.republished_other_time;
-      a.erase("finished_at");
-      b.erase("finished_at");
-      if (a != b) problem("outcomes differ for " + id + ": " + it->second.dump() + " then " + j.dump());
+      // A repeat must be the same message, finished_at included: both carry
+      // the time the store wrote the terminal state.
+      if (it->second != j) problem("outcomes differ for " + id + ": " + it->second.dump() + " then " + j.dump());
       continue;
     }
     const auto req = valid.find(id);
@@ -668,8 +674,7 @@ void ChaosRun::print_figures(const Publisher& publisher, std::int64_t elapsed_ms
             << " not conserved; " << f_.reads_unanswered << " unanswered)\n"
             << "  outcomes:            " << f_.outcome_messages << " messages for " << finished
             << " ids, " << (f_.outcome_messages - finished)
-            << " republished (identical but for finished_at in " << f_.republished_other_time
-            << ")\n"
+            << " republished, each identical to the first\n"
             << "  dead letters:        " << f_.dead_letters << " for " << workload_.invalid
             << " invalid messages\n"
             << "  worker exits not caused by the nemesis: " << f_.unexpected_exits << "\n";
@@ -702,19 +707,32 @@ int run_chaos(const ChaosOptions& options) {
   sa.sa_handler = on_interrupt;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
-  bool passed = false;
-  try {
-    ChaosRun run(options);
-    passed = run.run();
-  } catch (const std::exception& e) {
-    std::cout << "FAIL: " << e.what() << "\n";
+  ChaosOptions o = options;
+  for (int attempt = 1;; ++attempt) {
+    bool passed = false;
+    try {
+      ChaosRun run(o);
+      passed = run.run();
+    } catch (const MockClusterAborted& e) {
+      // The mock cluster's own bug, not a finding about sagapool: its data
+      // is gone with it, so the run proves nothing either way. Run again
+      // with the next seed, a bounded number of times.
+      std::cout << "INCONCLUSIVE seed " << o.seed << ": " << e.what() << "\n";
+      if (attempt < kMockAbortAttempts && !g_interrupted) {
+        ++o.seed;
+        std::cout << "running again with seed " << o.seed << "\n";
+        continue;
+      }
+    } catch (const std::exception& e) {
+      std::cout << "FAIL: " << e.what() << "\n";
+    }
+    if (passed) {
+      std::cout << "PASS seed " << o.seed << "\n";
+      return 0;
+    }
+    std::cout << "FAIL seed " << o.seed << "\n  replay: " << o.replay_command() << "\n";
+    return 1;
   }
-  if (passed) {
-    std::cout << "PASS seed " << options.seed << "\n";
-    return 0;
-  }
-  std::cout << "FAIL seed " << options.seed << "\n  replay: " << options.replay_command() << "\n";
-  return 1;
 }
 
 }  // namespace sagapool::chaos

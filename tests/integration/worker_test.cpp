@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <signal.h>
 
+#include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <random>
@@ -80,6 +82,15 @@ Account account(const std::string& id, std::int64_t balance, bool locked = false
   return a;
 }
 
+// "2026-11-22T01:02:03.456Z" -> milliseconds since the epoch; -1 if malformed.
+std::int64_t utc_ms(const std::string& rfc3339) {
+  std::tm tm{};
+  int ms = 0;
+  const char* rest = strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (rest == nullptr || std::sscanf(rest, ".%3dZ", &ms) != 1) return -1;
+  return static_cast<std::int64_t>(timegm(&tm)) * 1000 + ms;
+}
+
 std::string request(const std::string& id, const std::string& from, const std::string& to, long long amount) {
   return R"({"id":")" + id + R"(","from":")" + from + R"(","to":")" + to + R"(","amount":)" +
          std::to_string(amount) + "}";
@@ -111,6 +122,14 @@ TEST_F(WorkerTest, EveryOutcomePathAndDeadLetters) {
   EXPECT_EQ(state_of("t-locked"), "canceled/account_locked");
   EXPECT_EQ(state_of("t-dup"), "done/null");
   EXPECT_EQ(out.at("t-ok").front().at("amount"), 100);  // the first payload stands
+  // finished_at is the time the store wrote the terminal state, so an outcome
+  // republished later from the store is the same message.
+  for (const auto& [id, msgs] : out) {
+    std::optional<TransferDoc> doc;
+    ASSERT_TRUE(ledger_->transfers().load_transfer(id, doc).is_ok());
+    ASSERT_TRUE(doc.has_value()) << id;
+    EXPECT_EQ(utc_ms(msgs.front().at("finished_at").get<std::string>()), doc->finished_at_ms) << id;
+  }
 
   // a1: -100 (t-ok) +7 (t-dup once); t-unknown's debit reversed; a2: +100 -7.
   EXPECT_EQ(balance("a1"), 907);

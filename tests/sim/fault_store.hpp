@@ -73,8 +73,8 @@ class FaultStore final : public Store {
                 [&] { return inner_->insert_transfers(batch, owner, lease_ms, results); });
   }
   Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
-                    std::span<std::uint8_t> applied) override {
-    return call("transition", [&] { return inner_->transition(batch, lease_ms, applied); });
+                    std::span<std::uint8_t> applied, std::int64_t* at_ms) override {
+    return call("transition", [&] { return inner_->transition(batch, lease_ms, applied, at_ms); });
   }
   Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
                        std::vector<TransferDoc>& out) override {

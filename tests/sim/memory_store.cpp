@@ -166,11 +166,12 @@ class MemoryStore final : public Store {
   }
 
   Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
-                    std::span<std::uint8_t> applied) override {
+                    std::span<std::uint8_t> applied, std::int64_t* at_ms) override {
     std::lock_guard lock(db_->mu_);
     if (Status s = gate(); !s) return s;
     Tx tx(*this);
     const std::int64_t now = db_->clock_->now_ms();
+    if (at_ms != nullptr) *at_ms = now;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const Transition& t = batch[i];
       const auto it = db_->transfers_.find(t.id);
@@ -337,6 +338,7 @@ class MemoryStore final : public Store {
       save_account(tx, a.id);
       Account row = a;
       row.opening_balance = a.balance;
+      row.reserved = 0;  // nothing pending yet, as the SQL backends' default
       db_->accounts_.emplace(a.id, std::move(row));
     }
     return tx.commit();
@@ -414,8 +416,8 @@ class MemoryStore final : public Store {
     std::lock_guard lock(db_->mu_);
     if (Status s = gate(); !s) return s;
     for (auto it = db_->pending_.lower_bound(std::make_pair(std::string(account_id), std::string()));
-         it != db_->pending_.end() && it->first == account_id; ++it) {
-      transfer_ids.push_back(it->second);
+         it != db_->pending_.end() && it->first.first == account_id; ++it) {
+      transfer_ids.push_back(it->first.second);
     }
     return Status::ok();
   }
@@ -438,9 +440,9 @@ class MemoryStore final : public Store {
     std::lock_guard lock(db_->mu_);
     if (Status s = gate(); !s) return s;
     PendingEntry e;
-    for (const auto& [account, transfer] : db_->pending_) {
-      e.account_id = account;
-      e.transfer_id = transfer;
+    for (const auto& entry : db_->pending_) {
+      e.account_id = entry.first.first;
+      e.transfer_id = entry.first.second;
       fn(e);
     }
     return Status::ok();
@@ -514,16 +516,40 @@ class MemoryStore final : public Store {
     }
   }
 
-  void add_pending(Tx& tx, std::string account, std::string transfer) {
+  // The entry keeps what it reserved on the account (added to an entry
+  // already there), so dropping it gives back exactly that, once.
+  void add_pending(Tx& tx, std::string account, std::string transfer, std::int64_t reserve) {
     MemoryDb* db = db_.get();
     auto key = std::make_pair(std::move(account), std::move(transfer));
-    if (db->pending_.insert(key).second) tx.log([db, key] { db->pending_.erase(key); });
+    const auto [it, inserted] = db->pending_.emplace(key, 0);
+    const std::int64_t old = it->second;
+    it->second += reserve;
+    if (inserted) {
+      tx.log([db, key] { db->pending_.erase(key); });
+    } else {
+      tx.log([db, key, old] { db->pending_[key] = old; });
+    }
   }
 
-  void drop_pending(Tx& tx, std::string account, std::string transfer) {
+  // Returns what the dropped entry reserved (0 if there was none).
+  std::int64_t drop_pending(Tx& tx, std::string account, std::string transfer) {
     MemoryDb* db = db_.get();
     auto key = std::make_pair(std::move(account), std::move(transfer));
-    if (db->pending_.erase(key) != 0) tx.log([db, key] { db->pending_.insert(key); });
+    const auto it = db->pending_.find(key);
+    if (it == db->pending_.end()) return 0;
+    const std::int64_t reserve = it->second;
+    db->pending_.erase(it);
+    tx.log([db, key, reserve] { db->pending_.emplace(key, reserve); });
+    return reserve;
+  }
+
+  // Gives back what a dropped pending entry reserved (SQLite's `unreserve`).
+  void unreserve(Tx& tx, const LegRequest& req, std::int64_t reserve) {
+    if (reserve == 0) return;
+    const auto acct = db_->accounts_.find(req.account_id);
+    if (acct == db_->accounts_.end()) return;
+    save_account(tx, acct->first);
+    acct->second.reserved -= reserve;
   }
 
   void add_void(Tx& tx, const LegRequest& req, PostingKind kind) {
@@ -536,7 +562,9 @@ class MemoryStore final : public Store {
     return db_->postings_.count(LegKey{std::string(req.transfer_id), std::string(req.account_id), kind}) != 0;
   }
 
-  // The posting, the balance and the pending entry together (SQLite's `post`).
+  // The posting, the balance, the pending entry and the reservation together
+  // (SQLite's `post`): a debit reserves its amount, a reversal gives back
+  // what its pending entry reserved.
   void post(Tx& tx, const LegRequest& req, PostingKind kind, std::int64_t new_balance,
             std::int64_t now, bool pending) {
     MemoryDb* db = db_.get();
@@ -546,15 +574,18 @@ class MemoryStore final : public Store {
     row.seq = ++db->posting_seq_;
     db->postings_.emplace(key, std::move(row));
     tx.log([db, key] { db->postings_.erase(key); });
+    const std::int64_t reserve = kind == PostingKind::debit ? req.amount : 0;
+    std::int64_t released = 0;
+    if (pending) {
+      add_pending(tx, std::string(req.account_id), std::string(req.transfer_id), reserve);
+    } else {
+      released = drop_pending(tx, std::string(req.account_id), std::string(req.transfer_id));
+    }
     const auto acct = db->accounts_.find(req.account_id);
     if (acct != db->accounts_.end()) {
       save_account(tx, acct->first);
       acct->second.balance = new_balance;
-    }
-    if (pending) {
-      add_pending(tx, std::string(req.account_id), std::string(req.transfer_id));
-    } else {
-      drop_pending(tx, std::string(req.account_id), std::string(req.transfer_id));
+      acct->second.reserved += reserve - released;
     }
   }
 
@@ -579,11 +610,16 @@ class MemoryStore final : public Store {
           return out.reason = Reason::currency_mismatch, Status::ok();
         }
         std::int64_t next = 0;
+        std::int64_t room = 0;  // debit: reserved after; credit: balance + reserved after
         if (debit) {
           if (__builtin_sub_overflow(a->balance, req.amount, &next) || next < a->min_balance) {
             return out.reason = Reason::insufficient_funds, Status::ok();
           }
-        } else if (__builtin_add_overflow(a->balance, req.amount, &next)) {
+          if (__builtin_add_overflow(a->reserved, req.amount, &room)) {
+            return out.reason = Reason::overflow, Status::ok();
+          }
+        } else if (__builtin_add_overflow(a->balance, req.amount, &next) ||
+                   __builtin_add_overflow(next, a->reserved, &room)) {
           return out.reason = Reason::overflow, Status::ok();
         }
         post(tx, req, kind, next, now, true);
@@ -599,6 +635,8 @@ class MemoryStore final : public Store {
         }
         out.status = LegStatus::reversed;
         if (has_posting(req, PostingKind::reverse_debit)) return Status::ok();
+        // The debit's reservation keeps room for this; it can only be missing
+        // if the entry was released first, which the engine never does.
         std::int64_t next = 0;
         if (__builtin_add_overflow(a != nullptr ? a->balance : 0, req.amount, &next)) {
           return Status::fatal("reversing debit of transfer " + std::string(req.transfer_id) +
@@ -614,7 +652,7 @@ class MemoryStore final : public Store {
         return Status::ok();
       }
       case LegOp::release: {
-        drop_pending(tx, std::string(req.account_id), std::string(req.transfer_id));
+        unreserve(tx, req, drop_pending(tx, std::string(req.account_id), std::string(req.transfer_id)));
         out.status = LegStatus::released;
         return Status::ok();
       }

@@ -118,7 +118,9 @@ class MemoryDb {
   std::map<LegKey, PostingRow> postings_;
   std::uint64_t posting_seq_ = 0;
   std::set<LegKey> voids_;  // kind: debit or credit
-  std::set<std::pair<std::string, std::string>, std::less<>> pending_;  // (account, transfer)
+  // (account, transfer) -> what the entry reserves on the account (a
+  // debit's amount; 0 for a credit).
+  std::map<std::pair<std::string, std::string>, std::int64_t, std::less<>> pending_;
   const MemoryStore* scope_owner_ = nullptr;
   std::vector<std::function<void()>> scope_undo_;
   std::vector<std::string> illegal_;

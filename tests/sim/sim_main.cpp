@@ -2,8 +2,8 @@
 //
 //   saga-sim --seeds N [--first-seed S] [--jobs J]   seeds S .. S+N-1 (S = 1)
 //   saga-sim --seed N [--trace]                       one seed, optionally every event
-//   --int64-edges: also debit accounts whose balance is near INT64_MAX (still
-//   known failure, docs/RELIABILITY.md)
+//   --int64-edges: accepted for old replay commands; accounts near INT64_MAX
+//   are now always debited too (the reservation made that safe)
 //
 // A failing seed prints what broke and the command that replays it; the
 // exit code is 1 if any seed failed, 2 for a usage error.
@@ -33,8 +33,7 @@ bool parse_u64(const char* text, std::uint64_t& out) {
 int usage(const char* argv0, const std::string& error) {
   if (!error.empty()) std::cerr << "saga-sim: " << error << "\n";
   std::cerr << "usage: " << argv0 << " --seeds N [--first-seed S] [--jobs J]\n"
-            << "       " << argv0 << " --seed N [--trace]\n"
-            << "       --int64-edges: also debit balances near INT64_MAX (some seeds still fail)\n";
+            << "       " << argv0 << " --seed N [--trace]\n";
   return 2;
 }
 
@@ -46,7 +45,6 @@ int main(int argc, char** argv) {
   std::uint64_t jobs = 1;
   bool single = false;
   bool trace = false;
-  bool edges = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     auto value = [&](std::uint64_t& out) {
@@ -65,7 +63,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--trace") {
       trace = true;
     } else if (arg == "--int64-edges") {
-      edges = true;
+      // Once needed to debit accounts near INT64_MAX; every run does now.
     } else if (arg == "--help" || arg == "-h") {
       return usage(argv[0], "");
     } else {
@@ -77,7 +75,6 @@ int main(int argc, char** argv) {
   const auto started = std::chrono::steady_clock::now();
   sagapool::sim::SimOptions options;
   options.trace = trace;
-  options.int64_edges = edges;
   std::mutex mu;
   sagapool::sim::SimStats total;
   std::uint64_t failed = 0;

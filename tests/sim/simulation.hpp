@@ -22,9 +22,6 @@ struct SimStats {
 
 struct SimOptions {
   bool trace = false;  // print every event of the run on stdout
-  // Let accounts with balances near INT64_MAX be debited: exposes the known
-  // reversal overflow (docs/RELIABILITY.md, "Known issues").
-  bool int64_edges = false;
 };
 
 struct SimResult {

@@ -181,6 +181,46 @@ TEST(PgStore, SchemaIsVersionedAndConcurrentInitsAreSerialised) {
   EXPECT_EQ(psql_value(server, db, "SELECT schema_version FROM saga_meta"), "99");
 }
 
+// Schema version 1 had no reservation: init's migration adds it, filled from
+// the pending debits that may still be reversed; a second init is a no-op.
+TEST(PgStore, InitUpgradesAVersionOneSchemaWithItsReservations) {
+  PgServer& server = shared_pg_server();
+  const std::string db = unique_name("upgrade");
+  auto s = open_initialised(server.create_database(db));
+  ASSERT_NE(s, nullptr);
+  SAGA_ASSERT_OK(s->create_accounts(std::vector<Account>{make_account("a", 1000), make_account("b", 0)}));
+  const LegRequest legs[] = {
+      {LegOp::debit, "t-1", "a", 300, ""},       {LegOp::credit, "t-1", "b", 300, ""},
+      {LegOp::debit, "t-2", "a", 200, ""},       {LegOp::debit, "t-3", "a", 50, ""},
+      {LegOp::cancel_debit, "t-3", "a", 50, ""},
+  };
+  LegResult results[5];
+  SAGA_ASSERT_OK(s->apply_legs(legs, results));
+  // Back to what version 1 had.
+  ASSERT_EQ(server.psql(db, "ALTER TABLE saga_accounts DROP COLUMN reserved; "
+                            "ALTER TABLE saga_pending DROP COLUMN reserved; "
+                            "UPDATE saga_meta SET schema_version = 1")
+                .exit_code,
+            0);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("init #" + std::to_string(round + 1));
+    SAGA_ASSERT_OK(s->init_schema());
+    EXPECT_EQ(psql_value(server, db, "SELECT schema_version FROM saga_meta"),
+              std::to_string(kSchemaVersion));
+    EXPECT_EQ(psql_value(server, db, "SELECT id || '=' || reserved FROM saga_accounts ORDER BY id"),
+              "a=500\nb=0");
+  }
+  const LegRequest release{LegOp::release, "t-1", "a", 300, ""};
+  LegResult r;
+  SAGA_ASSERT_OK(s->apply_legs(std::span(&release, 1), std::span(&r, 1)));
+  EXPECT_EQ(r.status, LegStatus::released);
+  std::optional<Account> a;
+  SAGA_ASSERT_OK(s->load_account("a", a));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->reserved, 200);
+  EXPECT_EQ(a->balance, 500);
+}
+
 TEST(PgStore, RecoveryAndStaleQueriesUseTheirPartialIndexes) {
   PgServer& server = shared_pg_server();
   const std::string db = unique_name("plans");
@@ -523,12 +563,15 @@ TEST(PgStore, AFailedCallInsideAScopeFailsTheLaterCallsAndTheCommit) {
   LegResult r;
   SAGA_ASSERT_OK(s->apply_legs(std::span(&debit, 1), std::span(&r, 1)));
   // A server-side error: reversing a debit of an account credited to the
-  // brim since raises (an exception in saga_apply_legs).
+  // brim since raises (an exception in saga_apply_legs). The debit's
+  // reservation prevents that, unless its entry was released first, which
+  // the engine never does.
   const LegRequest brim[] = {{LegOp::debit, "t-2", "c", 100, ""},
+                             {LegOp::release, "t-2", "c", 100, ""},
                              {LegOp::credit, "t-3", "c", 150, ""}};
-  LegResult brim_results[2];
+  LegResult brim_results[3];
   SAGA_ASSERT_OK(s->apply_legs(brim, brim_results));
-  ASSERT_EQ(brim_results[1].status, LegStatus::posted);
+  ASSERT_EQ(brim_results[2].status, LegStatus::posted);
   const LegRequest reverse{LegOp::cancel_debit, "t-2", "c", 100, ""};
   Status st = s->apply_legs(std::span(&reverse, 1), std::span(&r, 1));
   EXPECT_FALSE(st.is_ok());

@@ -3,7 +3,9 @@
 // define only how a store is opened.
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "store_test.hpp"
@@ -118,15 +120,34 @@ void StoreTest::wait_store_clock_past(std::int64_t t) {
   }
 }
 
-void StoreTest::expect_balances_match_postings(Store& s) {
+void StoreTest::expect_balances_match_postings(Store& s, bool exact_reservations) {
   std::map<std::string, std::int64_t> sums;
-  SAGA_ASSERT_OK(s.scan_postings(
-      [&](const Posting& p) { sums[p.account_id] += signed_amount(p.kind, p.amount); }));
+  // (transfer, account) -> amount of a debit posted there and not reversed
+  std::map<std::pair<std::string, std::string>, std::int64_t> reversible;
+  std::set<std::pair<std::string, std::string>> reversed;
+  SAGA_ASSERT_OK(s.scan_postings([&](const Posting& p) {
+    sums[p.account_id] += signed_amount(p.kind, p.amount);
+    if (p.kind == PostingKind::debit) reversible[{p.transfer_id, p.account_id}] = p.amount;
+    if (p.kind == PostingKind::reverse_debit) reversed.emplace(p.transfer_id, p.account_id);
+  }));
+  for (const auto& key : reversed) reversible.erase(key);
+  // The reservation: what the pending entries of reversible debits hold.
+  std::map<std::string, std::int64_t> reserved;
+  SAGA_ASSERT_OK(s.scan_pending([&](const PendingEntry& e) {
+    const auto it = reversible.find({e.transfer_id, e.account_id});
+    if (it != reversible.end()) reserved[e.account_id] += it->second;
+  }));
   std::size_t accounts = 0;
   SAGA_ASSERT_OK(s.scan_accounts([&](const Account& a) {
     ++accounts;
     EXPECT_EQ(a.balance, a.opening_balance + sums[a.id]) << "account " << a.id;
     EXPECT_GE(a.balance, a.min_balance) << "account " << a.id;
+    if (exact_reservations) {
+      EXPECT_EQ(a.reserved, reserved[a.id]) << "account " << a.id;
+    }
+    EXPECT_GE(a.reserved, 0) << "account " << a.id;
+    EXPECT_TRUE(a.balance < 0 || a.reserved <= std::numeric_limits<std::int64_t>::max() - a.balance)
+        << "account " << a.id << ": balance + reserved passes INT64_MAX";
   }));
   EXPECT_GT(accounts, 0U);
 }

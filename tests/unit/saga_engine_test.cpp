@@ -494,6 +494,32 @@ TEST_P(EngineTest, CreditOverflowReversesTheDebit) {
   EXPECT_TRUE(audit_passes(ledger()));
 }
 
+// The reservation (docs/RELIABILITY.md): a credit that lands between another
+// transfer's debit and that debit's reversal may not use the room the
+// reversal needs. Without it, the reversal overflowed: a fatal store error,
+// and every worker recovering the transfer stopped the same way.
+TEST_P(EngineTest, ACreditLeavesRoomForThePendingDebitsReversal) {
+  const std::string a = src("a"), ghost = dst("ghost"), c = dst("c");
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  accounts({{a, kMax - 100}, {c, 1000}});
+  // t-1 debited a, then its worker died before the credit.
+  const std::vector<Req> first = {{"t-1", a, ghost, 500, ""}};
+  submit(first);
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 500).status, LegStatus::posted);
+  // Meanwhile t-2 credits a: 500 of a's headroom is t-1's.
+  run_batch({{"t-2", c, a, 400, ""}, {"t-3", c, a, 100, ""}});
+  expect_outcome("t-2", S::canceled, Reason::overflow, "debit+reverse_debit");
+  expect_outcome("t-3", S::done, Reason::none, "debit+credit");
+  // Recovery reverses t-1's debit: it fits.
+  std::vector<SagaItem> items = items_for(ledger(), first);
+  ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
+  expect_outcome("t-1", S::canceled, Reason::unknown_account, "debit+reverse_debit");
+  EXPECT_EQ(balance(ledger(), a), kMax);
+  EXPECT_EQ(balance(ledger(), c), 900);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
 // ---- idempotence: every stage run twice ------------------------------------------
 
 TEST_P(EngineTest, EveryStageRunTwiceIsANoOpTheSecondTime) {
@@ -1085,6 +1111,14 @@ TEST_P(EngineTest, AuditFailsOnACorruptedLedger) {
   std::tie(failed, text) = failed_invariants();
   EXPECT_EQ(failed, (std::set<int>{5})) << text;
   exec_sql(main_.file_of(b), "DELETE FROM pending WHERE account_id = '" + b + "'");
+
+  // A reservation that is not what the pending debits hold.
+  exec_sql(main_.file_of(a), "UPDATE accounts SET reserved = 5 WHERE id = '" + a + "'");
+  std::tie(failed, text) = failed_invariants();
+  EXPECT_EQ(failed, (std::set<int>{3})) << text;
+  EXPECT_NE(text.find(a + ": reserved 5 != pending debits 0"), std::string::npos) << text;
+  exec_sql(main_.file_of(a), "UPDATE accounts SET reserved = 0 WHERE id = '" + a + "'");
+  ASSERT_TRUE(audit_passes(ledger()));
 
   // A balance below its minimum.
   exec_sql(main_.file_of(a), "UPDATE accounts SET min_balance = 1000 WHERE id = '" + a + "'");

@@ -67,6 +67,7 @@ int show_account(Ledger& ledger, const std::string& id) {
   std::cout << "account      " << a->id << '\n'
             << "placed on    " << describe_shard(ledger, shard) << '\n'
             << "balance      " << a->balance << '\n'
+            << "reserved     " << a->reserved << " (for reversals of pending debits)\n"
             << "opening      " << a->opening_balance << '\n'
             << "min balance  " << a->min_balance << '\n'
             << "currency     " << (a->currency.empty() ? "any" : a->currency) << '\n'

@@ -243,7 +243,7 @@ void Worker::publish_finished(bool count_finished) {
       probe_.on_finished(it.state, it.reason,
                          it.requested_at_ms > 0 ? static_cast<double>(now - it.requested_at_ms) / 1000.0 : -1.0);
     }
-    publish_outcome({it.id, it.state, it.reason, it.source, it.destination, it.amount, now});
+    publish_outcome({it.id, it.state, it.reason, it.source, it.destination, it.amount, it.finished_at_ms});
   }
   probe_.on_stage("publish", Clock::now() - started);
 }

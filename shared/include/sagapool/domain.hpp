@@ -93,6 +93,11 @@ struct Account {
   std::int64_t min_balance = 0;  // 0 = no credit; negative = an overdraft line
   std::string currency;          // empty: any currency
   bool locked = false;
+  // Sum of the amounts of this account's posted debits that may still be
+  // reversed (their pending entry is still here). Credits are refused with
+  // `overflow` unless balance + reserved + amount <= INT64_MAX, so every
+  // such reversal always fits.
+  std::int64_t reserved = 0;
 };
 
 struct Posting {

@@ -50,6 +50,7 @@ struct SagaItem {
   std::int64_t amount = 0;
   std::int64_t epoch = 0;
   std::int64_t requested_at_ms = 0;
+  std::int64_t finished_at_ms = 0;  // the store's time of the terminal write
   TransferState state = TransferState::initial;
   Reason reason = Reason::none;
   // Set when a conditional write did not apply (another owner took over) or a
@@ -94,14 +95,14 @@ class SagaEngine {
   struct AccountSnap {
     bool exists = false;
     bool locked = false;
-    bool blocked = false;     // touched by a deferred transfer in this wave
-    bool no_debits = false;  // a refused-for-overflow credit counts on its balance
+    bool blocked = false;  // touched by a deferred transfer in this wave
     std::int64_t balance = 0;
+    std::int64_t reserved = 0;
     std::int64_t min_balance = 0;
     std::int64_t write_balance = 0;       // as the wave's debits will see it
     std::int64_t sequential_balance = 0;  // as one-by-one processing would
-    WideAmount credited = 0;               // the wave's credits planned so far
-    WideAmount reversed = 0;               // the wave's reversals planned so far
+    WideAmount write_reserved = 0;        // as the wave's debits will see it
+    WideAmount credited = 0;              // the wave's credits planned so far
     std::string currency;
   };
   Status run_rounds(std::vector<SagaItem>& items);

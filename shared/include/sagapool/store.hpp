@@ -31,7 +31,10 @@
 
 namespace sagapool {
 
-inline constexpr int kSchemaVersion = 1;
+// 2: accounts carry `reserved` and pending entries the amount they reserve.
+// A writer that does not keep them would break the credit rule, so every
+// process refuses a store at another version (`sagactl init` upgrades).
+inline constexpr int kSchemaVersion = 2;
 
 // Recorded in every store by `sagactl init` so that processes given the
 // stores in another number or order refuse to start instead of misplacing
@@ -84,15 +87,21 @@ enum class LegOp : std::uint8_t {
   // Check account exists, unlocked, currency, funds/overflow; write the
   // posting, the balance and the pending entry together. If the journal
   // already holds the posting: already_posted. If the leg was voided: voided.
+  // A debit also reserves its amount for its reversal (reserved += amount,
+  // its pending entry records it; `overflow` if reserved would pass
+  // INT64_MAX); a credit is refused with `overflow` unless
+  // balance + reserved + amount <= INT64_MAX.
   debit,
   credit,
   // If the debit is posted: post reverse_debit once (reversed) and drop the
-  // pending entry; otherwise void the debit so it can never post (voided).
+  // pending entry with what it reserved; otherwise void the debit so it can
+  // never post (voided).
   cancel_debit,
   // If the credit is posted: credit_posted (the transfer must roll forward);
   // otherwise void the credit so it can never post (voided).
   cancel_credit,
-  // Drop this transfer's pending entries on the account (released).
+  // Drop this transfer's pending entries on the account (released), and
+  // with them what they reserved.
   release,
 };
 
@@ -159,8 +168,14 @@ class Store {
   // Transfers.
   virtual Status insert_transfers(std::span<const NewTransfer> batch, std::string_view owner,
                                   std::int64_t lease_ms, std::span<InsertResult> results) = 0;
+  // `at_ms`, when given, receives the store's time of the write: the
+  // finished_at of the terminal transitions applied, which outcomes report.
   virtual Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
-                            std::span<std::uint8_t> applied) = 0;
+                            std::span<std::uint8_t> applied, std::int64_t* at_ms) = 0;
+  Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
+                    std::span<std::uint8_t> applied) {
+    return transition(batch, lease_ms, applied, nullptr);
+  }
   // Claims up to `limit` transfers whose lease expired on the store's clock
   // and that are non-terminal or terminal with notified = false: owner :=
   // `owner`, epoch += 1, attempts += 1, a new lease. Returns the claimed docs.
