@@ -1,6 +1,6 @@
 #pragma once
-// spdlog to stdout (stderr for tools), as text or as one JSON object per line. The JSON
-// formatter escapes the message (spdlog's %v does not).
+// spdlog to stdout (stderr for tools), as text or as one JSON object per
+// line. The JSON formatter escapes the message (spdlog's %v does not).
 #include <optional>
 #include <string>
 #include <string_view>
