@@ -242,6 +242,45 @@ BEGIN
       RETURNING t.*;
 END $$;
 
+-- Serialises everything that decides on an account id that has no row yet:
+-- legs (a void written from "no such account") and the account's creation.
+-- FOR UPDATE locks nothing where there is no row, so without this a leg
+-- voided for an unknown account could be posted by a paused worker once an
+-- operator created the account, before the void committed (money destroyed
+-- or created; docs/design-additions.md, "Legs on accounts that do not exist
+-- yet"). Transaction-scoped advisory locks on 256 buckets of the id's hash:
+-- a batch holds at most 256 of them whatever its size (the lock table is
+-- small), and only batches naming a missing account, or creating accounts,
+-- take any. Taken in bucket order and before any row lock, so lockers
+-- never wait on each other in a cycle.
+CREATE OR REPLACE FUNCTION saga_lock_account_ids(p_id text[]) RETURNS void
+  LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  k integer;
+BEGIN
+  FOR k IN SELECT DISTINCT hashtext(x) & 255 FROM unnest(p_id) AS x ORDER BY 1 LOOP
+    PERFORM pg_advisory_xact_lock(1935763297, k);  -- 'saga' in ASCII: the class
+  END LOOP;
+END $$;
+
+-- The ids in p_id that have no account row: what saga_lock_account_ids guards.
+CREATE OR REPLACE FUNCTION saga_missing_accounts(p_id text[]) RETURNS text[]
+  LANGUAGE sql STABLE AS $$
+  SELECT coalesce(array_agg(DISTINCT u.id), '{}') FROM unnest(p_id) AS u(id)
+    WHERE NOT EXISTS (SELECT 1 FROM saga_accounts a WHERE a.id = u.id)
+$$;
+
+-- The planning read of a batch transaction: the batch's accounts, locked in
+-- one order (the legs that follow lock subsets of them, so two batches never
+-- wait on each other's accounts in opposite orders), after the buckets of
+-- the ids that have no row.
+CREATE OR REPLACE FUNCTION saga_load_accounts_locked(p_id text[]) RETURNS SETOF saga_accounts
+  LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  PERFORM saga_lock_account_ids(saga_missing_accounts(p_id));
+  RETURN QUERY SELECT * FROM saga_accounts WHERE id = ANY (p_id) ORDER BY id FOR UPDATE;
+END $$;
+
 -- One row per leg, in input order: (status, reason, account currency).
 -- The result of applying the legs one by one, computed in three phases:
 -- 1. lock the batch's accounts (one order, so batches sharing accounts
@@ -344,6 +383,9 @@ BEGIN
   IF to_regclass('pg_temp.saga_scope_pending') IS NULL THEN
     PERFORM saga_create_scope_pending();
   END IF;
+  -- Ids with no row: their buckets first. The next statement's snapshot then
+  -- sees any account created before the lock was granted.
+  PERFORM saga_lock_account_ids(saga_missing_accounts(p_account));
   SELECT array_agg(a.id ORDER BY a.id), array_agg(a.balance ORDER BY a.id),
       array_agg(a.min_balance ORDER BY a.id), array_agg(a.currency ORDER BY a.id),
       array_agg(a.locked ORDER BY a.id), array_agg(a.reserved ORDER BY a.id)
@@ -574,6 +616,9 @@ CREATE OR REPLACE FUNCTION saga_create_accounts(p_id text[], p_balance bigint[],
 DECLARE
   v_clash text;
 BEGIN
+  -- A leg that found one of these ids missing finishes first (its void
+  -- commits before the account exists), and none starts meanwhile.
+  PERFORM saga_lock_account_ids(p_id);
   SELECT u.id INTO v_clash FROM unnest(p_id) WITH ORDINALITY AS u(id, n)
     WHERE EXISTS (SELECT 1 FROM saga_accounts a WHERE a.id = u.id)
     ORDER BY u.n LIMIT 1;
@@ -644,13 +689,10 @@ constexpr std::array<Statement, kSqlCount> kStatements = {{
     {"saga_load_accounts",
      "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_accounts WHERE id = ANY (SELECT unnest($1::text[]))"},
     // Inside a batch transaction (a scope) the planning read also locks the
-    // batch's accounts, all at once and in one order: the legs that follow
-    // lock subsets of them, so two batches never wait on each other's
-    // accounts in opposite orders (a deadlock), and the plan sees the
+    // batch's accounts (saga_load_accounts_locked), so the plan sees the
     // balances the legs will.
     {"saga_load_accounts_locked",
-     "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_accounts WHERE id = ANY (SELECT unnest($1::text[])) "
-     "ORDER BY id FOR UPDATE"},
+     "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_load_accounts_locked($1::text[])"},
     {"saga_set_locked", "UPDATE saga_accounts SET locked = $2 WHERE id = $1"},
     {"saga_postings_for_transfer",
      "SELECT " SAGA_POSTING_COLUMNS " FROM saga_postings WHERE transfer_id = $1 ORDER BY seq"},
