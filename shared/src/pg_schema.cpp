@@ -179,13 +179,14 @@ END $$;
 -- finished_at, which outcomes report), or NULL when not applied. Applied only
 -- in `from`, owned by (owner, epoch). One UPDATE for the batch; a batch naming
 -- an id twice (the engine never sends one) is applied one record at a time,
--- so a later record sees the earlier one's change.
+-- so a later record sees the earlier one's change. p_now: the time to write,
+-- NULL for now; a call split over several statements writes one time.
 DROP FUNCTION IF EXISTS saga_transition(text[], text[], text[], text[], text[], bigint[], bigint);
-CREATE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[],
-    p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint)
+CREATE OR REPLACE FUNCTION saga_transition_at(p_id text[], p_from text[], p_to text[],
+    p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint, p_now bigint)
   RETURNS SETOF bigint LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-  v_now bigint := saga_now_ms();
+  v_now bigint := coalesce(p_now, saga_now_ms());
   v_n integer := coalesce(array_length(p_id, 1), 0);
   v_terminal boolean;
 BEGIN
@@ -219,6 +220,12 @@ BEGIN
         RETURNING u.n)
     SELECT CASE WHEN upd.n IS NOT NULL THEN v_now END FROM u LEFT JOIN upd ON upd.n = u.n ORDER BY u.n;
 END $$;
+-- The call of schema 2's first builds, kept for their workers.
+CREATE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[],
+    p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint)
+  RETURNS SETOF bigint LANGUAGE sql VOLATILE AS $$
+  SELECT saga_transition_at(p_id, p_from, p_to, p_reason, p_owner, p_epoch, p_lease_ms, NULL::bigint)
+$$;
 
 -- SKIP LOCKED: concurrent claimers split the expired rows between them and
 -- never claim the same one; a row changed since the snapshot is re-checked
@@ -660,8 +667,8 @@ constexpr std::array<Statement, kSqlCount> kStatements = {{
      "$5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::integer[], "
      "$11::bigint[], $12, $13) AS r"},
     {"saga_transition",
-     "SELECT r FROM saga_transition($1::text[], $2::text[], $3::text[], $4::text[], "
-     "$5::text[], $6::bigint[], $7) AS r"},
+     "SELECT r FROM saga_transition_at($1::text[], $2::text[], $3::text[], $4::text[], "
+     "$5::text[], $6::bigint[], $7, $8) AS r"},
     {"saga_claim_expired", "SELECT " SAGA_TRANSFER_COLUMNS " FROM saga_claim_expired($1, $2, $3)"},
     {"saga_take_over",
      "UPDATE saga_transfers SET owner = $2, epoch = epoch + 1, attempts = attempts + 1, "

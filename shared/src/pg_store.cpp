@@ -42,10 +42,12 @@ constexpr std::chrono::milliseconds kBackoffMax{5000};
 // How long opening a store waits for an unreachable server unless the URL
 // sets connect_timeout (the per-attempt default connect() gives libpq too).
 constexpr std::chrono::seconds kOpenWaitDefault{10};
-// The most records one batch call takes: bounds the size of one statement
-// (at most ~45 MiB of parameters with 4 KiB of metadata per transfer) and
-// the time one transaction holds its locks.
-constexpr std::size_t kBatchMax = 10'000;
+// The most records one statement carries: bounds its size (at most ~45 MiB
+// of parameters with 4 KiB of metadata per transfer). A call with more runs
+// as several statements in one transaction (in_chunks): the worker hands a
+// store whatever a backlog gives it (outcome flags after a broker stall,
+// two releases per transfer), and that must never be an error.
+constexpr std::size_t kStatementMax = 10'000;
 
 std::int64_t clamp_limit(std::size_t limit) {
   return static_cast<std::int64_t>(std::min<std::size_t>(
@@ -326,7 +328,27 @@ class PgStore final : public Store {
 
   Status insert_transfers(std::span<const NewTransfer> batch, std::string_view owner,
                           std::int64_t lease_ms, std::span<InsertResult> results) override {
-    if (Status s = check_batch(batch.size(), results.size(), "insert transfers"); !s) return s;
+    if (Status s = check_results(batch.size(), results.size(), "insert transfers"); !s) return s;
+    return in_chunks(batch.size(), [&](std::size_t b, std::size_t n) {
+      return insert_transfers_chunk(batch.subspan(b, n), owner, lease_ms, results.subspan(b, n));
+    });
+  }
+
+  Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
+                    std::span<std::uint8_t> applied, std::int64_t* at_ms) override {
+    if (Status s = check_results(batch.size(), applied.size(), "transition"); !s) return s;
+    // Split over statements, every record gets the same time, as in one.
+    std::optional<std::int64_t> now;
+    if (batch.size() > kStatementMax) {
+      if (Status s = now_ms(now.emplace()); !s) return s;
+    }
+    return in_chunks(batch.size(), [&](std::size_t b, std::size_t n) {
+      return transition_chunk(batch.subspan(b, n), lease_ms, now, applied.subspan(b, n), at_ms);
+    });
+  }
+
+  Status insert_transfers_chunk(std::span<const NewTransfer> batch, std::string_view owner,
+                                std::int64_t lease_ms, std::span<InsertResult> results) {
     if (batch.empty()) return Status::ok();
     ArrayLiteral id, source, dest, amount, currency, metadata, hash, requested, topic, partition,
         offset;
@@ -371,9 +393,9 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
-  Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
-                    std::span<std::uint8_t> applied, std::int64_t* at_ms) override {
-    if (Status s = check_batch(batch.size(), applied.size(), "transition"); !s) return s;
+  Status transition_chunk(std::span<const Transition> batch, std::int64_t lease_ms,
+                          std::optional<std::int64_t> now, std::span<std::uint8_t> applied,
+                          std::int64_t* at_ms) {
     if (batch.empty()) return Status::ok();
     ArrayLiteral id, from, to, reason, owner, epoch;
     for (const Transition& t : batch) {
@@ -389,6 +411,7 @@ class PgStore final : public Store {
       if (!add_array(p, std::move(*a))) return nul_byte("transition");
     }
     p.int64(lease_ms);
+    p.int64_or_null(now);
     ResultPtr r;
     if (Status s = run(Sql::transition, p, r, "transition"); !s) return s;
     if (Status s = check_rows(r.get(), batch.size(), "transition"); !s) return s;
@@ -409,7 +432,7 @@ class PgStore final : public Store {
     Params p;
     p.text(owner);
     p.int64(lease_ms);
-    p.int64(clamp_limit(std::min(limit, kBatchMax)));
+    p.int64(clamp_limit(std::min(limit, kStatementMax)));
     ResultPtr r;
     if (Status s = run(Sql::claim_expired, p, r, "claim expired"); !s) return s;
     return read_transfers(r.get(), out, "claim expired");
@@ -431,7 +454,12 @@ class PgStore final : public Store {
   }
 
   Status mark_notified(std::span<const std::string_view> ids) override {
-    if (Status s = check_batch(ids.size(), ids.size(), "mark notified"); !s) return s;
+    return in_chunks(ids.size(), [&](std::size_t b, std::size_t n) {
+      return mark_notified_chunk(ids.subspan(b, n));
+    });
+  }
+
+  Status mark_notified_chunk(std::span<const std::string_view> ids) {
     if (ids.empty()) return Status::ok();
     ArrayLiteral a;
     for (std::string_view id : ids) a.text(id);
@@ -499,7 +527,13 @@ class PgStore final : public Store {
   // ---- accounts and legs ------------------------------------------------------
 
   Status apply_legs(std::span<const LegRequest> batch, std::span<LegResult> results) override {
-    if (Status s = check_batch(batch.size(), results.size(), "apply legs"); !s) return s;
+    if (Status s = check_results(batch.size(), results.size(), "apply legs"); !s) return s;
+    return in_chunks(batch.size(), [&](std::size_t b, std::size_t n) {
+      return apply_legs_chunk(batch.subspan(b, n), results.subspan(b, n));
+    });
+  }
+
+  Status apply_legs_chunk(std::span<const LegRequest> batch, std::span<LegResult> results) {
     if (batch.empty()) return Status::ok();
     ArrayLiteral op, transfer, account, amount, currency;
     for (const LegRequest& l : batch) {
@@ -569,10 +603,44 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
-  // One statement, so one snapshot of every account the batch names.
+  // One snapshot of every account the batch names: one statement, or for
+  // more than a statement carries, one transaction (a scope's, or a
+  // read-only REPEATABLE READ one). Inside a scope the ids are locked in one
+  // global order across the statements, as one statement would.
   Status load_accounts(std::span<const std::string_view> ids,
                        std::span<std::optional<Account>> out) override {
-    if (Status s = check_batch(ids.size(), out.size(), "load accounts"); !s) return s;
+    if (Status s = check_results(ids.size(), out.size(), "load accounts"); !s) return s;
+    if (ids.size() <= kStatementMax) return load_accounts_chunk(ids, out);
+    std::vector<std::string_view> sorted(ids.begin(), ids.end());
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    std::vector<std::optional<Account>> found(sorted.size());
+    std::optional<Transaction> tx;
+    if (scope_ == Scope::none) {
+      if (Status s = simple("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "load accounts");
+          !s)
+        return s;
+      tx.emplace(*this);
+    }
+    for (std::size_t b = 0; b < sorted.size(); b += kStatementMax) {
+      const std::size_t n = std::min(kStatementMax, sorted.size() - b);
+      if (Status s = load_accounts_chunk(std::span(sorted).subspan(b, n),
+                                         std::span(found).subspan(b, n));
+          !s)
+        return s;
+    }
+    if (tx) {
+      if (Status s = tx->commit(); !s) return s;
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto k = std::lower_bound(sorted.begin(), sorted.end(), ids[i]) - sorted.begin();
+      out[i] = found[static_cast<std::size_t>(k)];
+    }
+    return Status::ok();
+  }
+
+  Status load_accounts_chunk(std::span<const std::string_view> ids,
+                             std::span<std::optional<Account>> out) {
     for (std::size_t i = 0; i < ids.size(); ++i) out[i].reset();
     if (ids.empty()) return Status::ok();
     ArrayLiteral array;
@@ -685,13 +753,29 @@ class PgStore final : public Store {
     return fatal(std::string(op) +
                  ": a value holds a NUL byte, which PostgreSQL text cannot store");
   }
-  Status check_batch(std::size_t n, std::size_t results, const char* op) const {
+  Status check_results(std::size_t n, std::size_t results, const char* op) const {
     if (results < n) return fatal(std::string(op) + ": the results span is shorter than the batch");
-    if (n > kBatchMax) {
-      return fatal(std::string(op) + ": a batch of " + std::to_string(n) +
-                   " records exceeds the bound of " + std::to_string(kBatchMax));
-    }
     return Status::ok();
+  }
+  // Runs `chunk(begin, count)` over [0, n) in pieces of at most
+  // kStatementMax records, in order, in one transaction: the scope's, or one
+  // opened here (a scope, so a failure anywhere rolls back all of it). Later
+  // pieces see the earlier ones' writes, so the result is the one-by-one
+  // result of the whole call, as for one statement.
+  template <typename Chunk>
+  Status in_chunks(std::size_t n, Chunk&& chunk) {
+    if (n <= kStatementMax) return chunk(0, n);
+    const bool own = scope_ == Scope::none;
+    if (own) {
+      if (Status s = begin_scope(); !s) return s;
+    }
+    for (std::size_t b = 0; b < n; b += kStatementMax) {
+      if (Status s = chunk(b, std::min(kStatementMax, n - b)); !s) {
+        if (own) end_scope(false).ignore();
+        return s;
+      }
+    }
+    return own ? end_scope(true) : Status::ok();
   }
   Status check_rows(const PGresult* r, std::size_t n, const char* op) const {
     if (static_cast<std::size_t>(PQntuples(r)) != n) {

@@ -52,6 +52,15 @@ class Params {
   void int64(std::int64_t v) { values_.push_back(std::to_string(v)); }
   void boolean(bool v) { values_.emplace_back(v ? "t" : "f"); }
   void owned(std::string&& v) { values_.push_back(std::move(v)); }
+  // SQL NULL for nullopt.
+  void int64_or_null(std::optional<std::int64_t> v) {
+    if (v) {
+      int64(*v);
+    } else {
+      nulls_.push_back(values_.size());
+      values_.emplace_back();
+    }
+  }
 
   // False when a text value held a NUL byte (text format cannot carry it).
   bool ok() const noexcept { return ok_; }
@@ -60,12 +69,14 @@ class Params {
   const char* const* values() {
     pointers_.clear();
     for (const auto& v : values_) pointers_.push_back(v.c_str());
+    for (std::size_t k : nulls_) pointers_[k] = nullptr;
     return pointers_.data();
   }
 
  private:
   std::vector<std::string> values_;
   std::vector<const char*> pointers_;
+  std::vector<std::size_t> nulls_;  // positions of NULL values
   bool ok_ = true;
 };
 

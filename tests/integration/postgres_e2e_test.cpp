@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "postgres_cluster.hpp"
+#include "ledger_cluster.hpp"
 #include "sagapool/saga_engine.hpp"
 
 namespace sagapool::test {
@@ -28,7 +28,7 @@ double seconds_since(Clock::time_point t) {
 }
 
 TEST(PostgresE2E, TwoShardsThreeWorkersEveryIdOneOutcome) {
-  PgCluster cluster(2, 400);
+  LedgerCluster cluster(2, 400);
   const auto transfers = cluster.plan(8000, 1);
   // Half of the ordinary transfers cross shards, so every stage runs on both.
   EXPECT_GT(cluster.cross_shard(transfers), transfers.size() / 3);

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "http_get.hpp"
-#include "postgres_cluster.hpp"
+#include "ledger_cluster.hpp"
 
 namespace sagapool::test {
 namespace {
@@ -89,7 +89,7 @@ class PostgresFault : public ::testing::Test {
     return not_ready;
   }
 
-  PgCluster cluster_{2, 200};
+  LedgerCluster cluster_{2, 200};
   int http_port_ = free_loopback_port();
   std::vector<PlannedTransfer> transfers_;
   std::vector<Process> workers_;
@@ -156,7 +156,7 @@ TEST_F(PostgresFault, StopDuringAnOutageLosesNothing) {
       << read_file(cluster_.log_of("w0"));
   cluster_.server(0).stop(PgServer::StopMode::fast);
   std::vector<std::pair<std::string, std::string>> messages;
-  for (const auto& t : transfers_) messages.emplace_back(t.from, PgCluster::request(t));
+  for (const auto& t : transfers_) messages.emplace_back(t.from, LedgerCluster::request(t));
   for (int i = 0; i < 20; ++i) messages.emplace_back("x", "not json " + std::to_string(i));
   produce(cluster_.broker().bootstrap(), "transfers.requests", messages);
   std::this_thread::sleep_for(3s);  // consumed, dead letters sent, the write retried

@@ -3,6 +3,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include <atomic>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -34,6 +35,12 @@ Rk make_client(rd_kafka_type_t type, const std::vector<std::pair<std::string, st
   return Rk(rk);
 }
 
+std::size_t count_occurrences(const std::string& haystack, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  return n;
+}
+
 std::atomic<int> g_failed{0};
 void count_failures(rd_kafka_t*, const rd_kafka_message_t* m, void*) {
   if (m->err) ++g_failed;
@@ -41,13 +48,17 @@ void count_failures(rd_kafka_t*, const rd_kafka_message_t* m, void*) {
 
 }  // namespace
 
-Broker Broker::start(const TempDir& dir, int partitions) {
+Broker Broker::start(const TempDir& dir, int partitions, int brokers) {
   Broker b;
   const auto file = dir / "bootstrap";
+  b.control_ = dir / "broker.control";
+  b.log_ = dir / "broker.log";
   b.process_ = Process::start({bin("saga-broker").string(), "--partitions", std::to_string(partitions),
-                               "--bootstrap-file", file.string()},
-                              dir / "broker.log");
-  if (!eventually([&] { return !read_file(file).empty(); }, std::chrono::seconds(20))) {
+                               "--brokers", std::to_string(brokers), "--bootstrap-file", file.string(),
+                               "--control-fifo", b.control_.string()},
+                              b.log_);
+  if (!eventually([&] { return !read_file(file).empty() && std::filesystem::exists(b.control_); },
+                  std::chrono::seconds(20))) {
     throw std::runtime_error("saga-broker did not start: " + read_file(dir / "broker.log"));
   }
   b.bootstrap_ = read_file(file);
@@ -55,6 +66,24 @@ Broker Broker::start(const TempDir& dir, int partitions) {
     b.bootstrap_.pop_back();
   }
   return b;
+}
+
+void Broker::control(const std::string& command) {
+  const std::string logged = "control: " + command + " -> ";
+  const std::size_t seen = count_occurrences(read_file(log_), logged);
+  {
+    std::ofstream fifo(control_);
+    fifo << command << '\n';
+  }
+  std::string log;
+  if (!eventually([&] { return count_occurrences(log = read_file(log_), logged) > seen; },
+                  std::chrono::seconds(10))) {
+    throw std::runtime_error("saga-broker did not answer '" + command + "': " + log);
+  }
+  const std::size_t at = log.rfind(logged) + logged.size();
+  if (log.compare(at, 2, "ok") != 0) {
+    throw std::runtime_error("saga-broker refused '" + command + "': " + log.substr(at, log.find('\n', at) - at));
+  }
 }
 
 void produce(const std::string& brokers, const std::string& topic,

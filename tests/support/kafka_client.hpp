@@ -21,13 +21,20 @@ struct Record {
 // A running saga-broker; stopped (SIGTERM) when destroyed.
 class Broker {
  public:
-  static Broker start(const TempDir& dir, int partitions = 4);
+  // `brokers` mock brokers (ids 1..N); the control channel is always open.
+  static Broker start(const TempDir& dir, int partitions = 4, int brokers = 1);
   const std::string& bootstrap() const { return bootstrap_; }
   Process& process() { return process_; }
+  // One fault-injection command (`saga-broker --control-fifo`), e.g.
+  // "down 2"; returns once the broker logged that it carried it out, and
+  // throws if it refused it.
+  void control(const std::string& command);
 
  private:
   Process process_;
   std::string bootstrap_;
+  std::filesystem::path control_;
+  std::filesystem::path log_;
 };
 
 // Produces each (key, value) and waits for delivery; throws on failure.

@@ -1,6 +1,6 @@
 #pragma once
-// What the PostgreSQL end-to-end and fault tests share: a ledger of N
-// shards, each on its own throwaway PostgreSQL server, a saga-broker,
+// What the end-to-end and fault tests share: a ledger of N shards, each on
+// its own throwaway PostgreSQL server (or one SQLite file), a saga-broker,
 // saga-worker processes on every shard, a workload whose outcome is known
 // in advance, and the checks run at the end (every id one outcome, exact
 // balances, the audit).
@@ -9,6 +9,7 @@
 // a server's death signal is tied to the thread that started it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -41,14 +42,27 @@ struct PlannedTransfer {
   std::string reason;  // "" for done
 };
 
-class PgCluster {
+class LedgerCluster {
  public:
   static constexpr std::int64_t kOpening = 10'000'000;
 
-  PgCluster(int shards, int accounts, int partitions = 6) : accounts_(accounts) {
-    broker_ = std::make_unique<Broker>(Broker::start(dir_, partitions));
+  enum class Backend { postgresql, sqlite };
+  struct Options {
+    int partitions = 6;
+    int brokers = 1;  // saga-broker's mock brokers
+    Backend backend = Backend::postgresql;  // SQLite: one shard
+  };
+
+  LedgerCluster(int shards, int accounts) : LedgerCluster(shards, accounts, Options{}) {}
+  LedgerCluster(int shards, int accounts, const Options& options) : accounts_(accounts) {
+    broker_ = std::make_unique<Broker>(Broker::start(dir_, options.partitions, options.brokers));
     std::vector<std::string> own_urls;
     for (int i = 0; i < shards; ++i) {
+      if (options.backend == Backend::sqlite) {
+        urls_.push_back("sqlite:" + (dir_ / ("ledger-" + std::to_string(i) + ".db")).string());
+        own_urls.push_back(urls_.back());
+        continue;
+      }
       servers_.push_back(std::make_unique<PgServer>());
       urls_.push_back(servers_.back()->create_database("ledger"));
       // The test's own connections carry another application_name, so that
@@ -80,8 +94,12 @@ class PgCluster {
   const std::vector<std::string>& urls() const { return urls_; }
 
   // saga-worker on every shard, short leases so that recovery is quick; no
-  // HTTP listener unless `metrics_addr` names one.
-  Process start_worker(const std::string& name, const std::string& metrics_addr = "") {
+  // HTTP listener unless `metrics_addr` names one. `extra` arguments come
+  // last (a flag there replaces its default above), `env` is added to the
+  // environment.
+  Process start_worker(const std::string& name, const std::string& metrics_addr = "",
+                       const std::vector<std::string>& extra = {},
+                       const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = {bin("saga-worker").string(),
                                      "--brokers",
                                      broker_->bootstrap(),
@@ -100,7 +118,12 @@ class PgCluster {
                                      "--drain-timeout",
                                      "10s"};
     for (const std::string& url : urls_) argv.insert(argv.end(), {"--store", url});
-    return Process::start(argv, log_of(name));
+    for (const std::string& flag : extra) {
+      const auto at = std::find(argv.begin(), argv.end(), flag);
+      if (flag.starts_with("--") && flag != "--store" && at != argv.end()) argv.erase(at, at + 2);
+    }
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return Process::start(argv, log_of(name), env);
   }
   std::filesystem::path log_of(const std::string& worker) const { return dir_ / (worker + ".log"); }
 
