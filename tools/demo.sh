@@ -59,8 +59,9 @@ pg_round_trips() {
   for n in $(seq "$SHARDS"); do
     line=$("$PG_BIN/psql" -XqAt -F' ' -d "${PG_URLS[$((n - 1))]}" -c "
       WITH ops(ord, op, pattern) AS (VALUES (1, 'insert', 'SELECT r FROM saga_insert_transfers(%'),
-        (2, 'transition', 'SELECT r FROM saga_transition(%'),
+        (2, 'transition', 'SELECT r FROM saga_transition_at(%'),
         (3, 'plan', 'SELECT % FROM saga_accounts WHERE id = ANY (%'),
+        (3, 'plan', 'SELECT % FROM saga_load_accounts_locked(%'),
         (4, 'legs', 'SELECT % FROM saga_apply_legs(%'),
         (5, 'notified', 'UPDATE saga_transfers SET notified%')),
       calls AS (SELECT ord, op, sum(s.calls) AS n FROM ops JOIN pg_stat_statements s

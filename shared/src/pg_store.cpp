@@ -42,6 +42,20 @@ constexpr std::chrono::milliseconds kBackoffMax{5000};
 // How long opening a store waits for an unreachable server unless the URL
 // sets connect_timeout (the per-attempt default connect() gives libpq too).
 constexpr std::chrono::seconds kOpenWaitDefault{10};
+// Bounds on waits (docs/postgres.md, "Timeouts"). A batch transaction holds
+// its accounts' row locks from the planning read to COMMIT, so a worker
+// frozen inside one (SIGSTOP, a frozen VM, a blocked log write) would stop
+// every batch on those accounts for as long as it stays frozen: the server
+// ends a session idle inside a batch transaction after kBatchIdleTimeout
+// (the frozen worker's batch is rolled back and runs again when it wakes),
+// and a statement of one after kBatchStatementTimeout. Any lock wait ends
+// after kLockTimeout unless the server's configuration sets another bound;
+// each is an error the caller retries. kLockTimeout > kBatchIdleTimeout:
+// a batch waiting on a frozen one outlasts it instead of failing first.
+constexpr std::string_view kLockTimeout = "10s";
+constexpr std::string_view kBatchIdleTimeout = "5s";
+constexpr std::string_view kBatchStatementTimeout = "60s";
+
 // The most records one statement carries: bounds its size (at most ~45 MiB
 // of parameters with 4 KiB of metadata per transfer). A call with more runs
 // as several statements in one transaction (in_chunks): the worker hands a
@@ -833,6 +847,14 @@ class PgStore final : public Store {
                                                        : Status::retry_stage(message);
     }
     PQsetNoticeReceiver(c.get(), &PgStore::on_notice, this);
+    // Unless the server's configuration bounds lock waits itself (0: none).
+    ResultPtr r(PQexec(c.get(), ("SELECT set_config('lock_timeout', '" + std::string(kLockTimeout) +
+                                 "', false) WHERE current_setting('lock_timeout') = '0'")
+                                    .c_str()));
+    if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
+      return Status::retry_stage("postgresql " + display_ + ": cannot set lock_timeout: " +
+                                 pg::describe(r.get(), c.get()));
+    }
     conn_ = std::move(c);
     prepared_.reset();
     backoff_ = std::chrono::milliseconds(0);
@@ -1063,9 +1085,10 @@ class PgStore final : public Store {
     const int prologue = begin_unsent_ ? 2 : 0;
     if (begin_unsent_) {
       send_text("BEGIN ISOLATION LEVEL READ COMMITTED");
-      // saga_apply_legs keeps the pending entries it adds in this
-      // transaction aside until saga_flush_scope_pending (sent with COMMIT).
-      send_text("SET LOCAL saga.scope = 'on'");
+      // saga.scope: saga_apply_legs keeps the pending entries it adds in
+      // this transaction aside until saga_flush_scope_pending (sent with
+      // COMMIT). The bounds of a batch transaction: see kBatchIdleTimeout.
+      send_text(batch_settings_.c_str());
     }
     for (Queued& q : queued_) {
       if (!ok) break;
@@ -1212,6 +1235,11 @@ class PgStore final : public Store {
     bool open_ = true;
   };
 
+  const std::string batch_settings_ =
+      "SELECT set_config('saga.scope', 'on', true), "
+      "set_config('idle_in_transaction_session_timeout', '" +
+      std::string(kBatchIdleTimeout) + "', true), set_config('statement_timeout', '" +
+      std::string(kBatchStatementTimeout) + "', true)";
   std::string conninfo_;  // holds the password, if any: never printed
   std::string display_;
   pg::ConnPtr conn_;

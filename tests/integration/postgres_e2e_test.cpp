@@ -132,7 +132,7 @@ TEST(PostgresE2E, OneRoundTripPerStagePerShard) {
     const RunResult r = server.psql(
         db,
         "SELECT CASE WHEN query LIKE '%saga_insert_transfers(%' THEN 'insert_transfers' "
-        "WHEN query LIKE '%saga_transition(%' THEN 'transition' "
+        "WHEN query LIKE '%saga_transition_at(%' THEN 'transition' "
         "WHEN query LIKE '%saga_apply_legs(%' THEN 'apply_legs' "
         "WHEN query LIKE '%FROM saga_accounts WHERE id = ANY%' THEN 'load_accounts' "
         "ELSE query END, sum(calls) FROM pg_stat_statements "
