@@ -198,6 +198,7 @@ class World {
   void commit_offsets(Actor& w);
   void operator_cancel(const std::string& id);
   void operator_retry(const std::string& id);
+  void operator_create_account();
   void produce_more();
   void settle();
 
@@ -248,6 +249,9 @@ class World {
   std::set<std::string> expect_canceled_;
   std::set<std::string> expect_done_;
   std::set<std::string> operator_touched_;
+  // Accounts the operator created during the run: requests named them
+  // before they existed.
+  std::set<std::string> created_late_;
 
   int depth_ = 0;        // interludes in progress
   bool quiet_ = false;   // no faults (the settling phase)
@@ -259,6 +263,11 @@ Status Actor::on_call(std::string_view op, Phase phase, bool in_scope) {
 }
 
 // ---- set-up -------------------------------------------------------------------
+
+// Requests name these accounts, which do not exist at the start; the
+// operator creates some during the run.
+constexpr std::size_t kGhostAccounts = 3;
+std::string ghost_id(std::size_t k) { return "ghost-" + std::to_string(k); }
 
 void World::draw_config() {
   const std::size_t mode = rng_.below(3);
@@ -306,7 +315,7 @@ Variant World::random_variant(std::size_t i) {
   const std::size_t from = rng_.below(n);
   v.from = accounts_[from].id;
   v.to = accounts_[(from + 1 + rng_.below(n - 1)) % n].id;
-  if (rng_.per_mille(40)) (rng_.per_mille(500) ? v.from : v.to) = "ghost-" + std::to_string(rng_.below(3));
+  if (rng_.per_mille(40)) (rng_.per_mille(500) ? v.from : v.to) = ghost_id(rng_.below(kGhostAccounts));
   v.amount = rng_.range(1, 1500);
   if (rng_.per_mille(30)) v.amount = rng_.range(1, std::numeric_limits<std::int64_t>::max());
   if (rng_.per_mille(100)) v.currency = rng_.per_mille(500) ? "EUR" : "USD";
@@ -791,6 +800,36 @@ void World::operator_retry(const std::string& id) {
   });
 }
 
+// The operator creates an account that requests in flight name but that did
+// not exist (a ghost): legs that found it missing, voided it or were refused
+// before, and legs after, must agree (issue 19).
+void World::operator_create_account() {
+  const std::string id = ghost_id(rng_.below(kGhostAccounts));
+  if (created_late_.count(id) != 0) return;
+  Account a;
+  a.id = id;
+  a.balance = a.opening_balance = rng_.range(0, 4000);
+  Actor& op = *operator_;
+  act(op, "creates an account", [&] {
+    ++stats_["accounts created during the run"];
+    Store& store = op.ledger->shard_for(id);
+    const Status created = store.create_accounts({&a, 1});
+    // A fault may report a creation that applied as failed: the store tells.
+    std::optional<Account> found;
+    if (Status s = store.load_account(id, found); !s) {
+      if (s.kind() == ErrorKind::fatal) fail("operator load of " + id + " failed: " + s.message());
+      return;
+    }
+    if (!found) {
+      if (created.kind() == ErrorKind::fatal) fail("operator create of " + id + " failed: " + created.message());
+      return;
+    }
+    trace("account ", id, " created: balance ", found->opening_balance);
+    created_late_.insert(id);
+    accounts_.push_back(*found);
+  });
+}
+
 std::string World::random_request_id() {
   return requests_[rng_.below(requests_.size())].id;
 }
@@ -832,6 +871,8 @@ void World::step() {
     operator_cancel(random_request_id());
   } else if (dice < 950) {
     operator_retry(random_request_id());
+  } else if (dice < 960) {
+    operator_create_account();
   } else if (dice < 975) {
     Actor& w = *rng_.pick(live);
     ++stats_["crashes"];
@@ -860,8 +901,10 @@ void World::nested_step(Actor& paused) {
       poll(w);
       ingest(w);
     });
-  } else if (!paused.is_operator) {
+  } else if (!paused.is_operator && dice < 95) {
     operator_cancel(random_request_id());
+  } else if (!paused.is_operator) {
+    operator_create_account();
   }
 }
 
@@ -955,6 +998,14 @@ void World::final_checks() {
   audit("at the end");
   if (!failure_.empty()) return;
   Ledger& L = *check_ledger_;
+  // An operator command that crashed after its creation applied never
+  // heard of it: the store says which accounts exist.
+  for (std::size_t k = 0; k < kGhostAccounts; ++k) {
+    const std::string id = ghost_id(k);
+    std::optional<Account> found;
+    if (Status st = L.shard_for(id).load_account(id, found); !st) fail(st.message());
+    if (found && created_late_.insert(id).second) accounts_.push_back(*found);
+  }
   std::map<std::string, const Account*> accounts;
   for (const Account& a : accounts_) accounts[a.id] = &a;
   std::map<std::string, std::vector<Posting>> postings;
@@ -1023,7 +1074,8 @@ void World::final_checks() {
     const bool both = src != accounts.end() && dst != accounts.end();
     if (d->state == TransferState::done) {
       if (!both || src->second->locked || dst->second->locked) fail("transfer " + r.id + " done on an unusable account");
-    } else if (d->reason == Reason::unknown_account && both) {
+    } else if (d->reason == Reason::unknown_account && both && created_late_.count(d->source) == 0 &&
+               created_late_.count(d->destination) == 0) {
       fail("transfer " + r.id + " canceled for an unknown account, but both exist");
     } else if (d->reason == Reason::account_locked && both && !src->second->locked && !dst->second->locked) {
       fail("transfer " + r.id + " canceled for a locked account, but neither is locked");
