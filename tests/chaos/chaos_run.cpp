@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <spdlog/spdlog.h>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -67,7 +68,17 @@ constexpr std::array<InjectedError, 5> kInjectedErrors = {{
     {"Produce", "KAFKA_STORAGE_ERROR", 2, 10},
 }};
 
-enum class Fault { kill_worker, pause_worker, broker_down, request_errors, kill_store_connections };
+// create_account: an operator creates an account that requests naming it
+// as unknown are in flight for (issue 19). kill_store_connections last:
+// PostgreSQL only.
+enum class Fault {
+  kill_worker,
+  pause_worker,
+  broker_down,
+  request_errors,
+  create_account,
+  kill_store_connections
+};
 
 struct Figures {
   std::uint64_t kills = 0;
@@ -77,6 +88,7 @@ struct Figures {
   std::map<std::string, std::uint64_t> injected;  // "Api/ERROR" -> errors queued
   std::uint64_t store_kill_rounds = 0;
   std::uint64_t store_connections_killed = 0;
+  std::uint64_t accounts_created = 0;
   std::uint64_t reads = 0;
   std::uint64_t reads_unanswered = 0;
   std::uint64_t unexpected_exits = 0;
@@ -193,7 +205,7 @@ class ChaosRun {
   }
   Fault next_fault() {
     // SQLite is embedded: there is no server connection to kill.
-    return static_cast<Fault>(next_from(fault_order_, pg_ ? 5 : 4));
+    return static_cast<Fault>(next_from(fault_order_, pg_ ? 6 : 5));
   }
   void nemesis_step();
   void wait_for_stable_group();
@@ -228,6 +240,7 @@ class ChaosRun {
   KafkaHandle admin_;  // asks the coordinator for the group's state
   std::vector<WorkerSlot> workers_;
   Figures f_;
+  std::set<std::string> created_;  // accounts the nemesis created
   std::vector<std::string> failures_;
   std::size_t non_conserved_reads_ = 0;
   Clock::time_point next_read_ = Clock::now();
@@ -341,6 +354,29 @@ void ChaosRun::nemesis_step() {
       const auto count = between(e.count_min, e.count_max);
       control("errors " + std::string(e.api) + " " + std::to_string(count) + " " + e.error);
       f_.injected[std::string(e.api) + "/" + e.error] += static_cast<std::uint64_t>(count);
+      break;
+    }
+    case Fault::create_account: {
+      // One of the accounts unknown-account requests name, at random: its
+      // request may be done with already (canceled as unknown), in flight,
+      // or still to come.
+      std::vector<std::string> ghosts;
+      for (const PlannedRequest& r : workload_.requests) {
+        if (r.kind != PlannedRequest::Kind::unknown_account) continue;
+        const std::string& ghost = r.from.starts_with("ghost-") ? r.from : r.to;
+        if (created_.count(ghost) == 0) ghosts.push_back(ghost);
+      }
+      if (ghosts.empty()) break;
+      const std::string id = ghosts[static_cast<std::size_t>(between(0, static_cast<std::int64_t>(ghosts.size()) - 1))];
+      std::unique_ptr<Store> store;
+      Account a;
+      a.id = id;
+      a.balance = a.opening_balance = kOpening;
+      Status st = open_store(store_url_, store);
+      if (st) st = store->create_accounts({&a, 1});
+      if (!st) throw std::runtime_error("create account " + id + ": " + st.message());
+      created_.insert(id);
+      ++f_.accounts_created;
       break;
     }
     case Fault::kill_store_connections: {
@@ -470,6 +506,7 @@ void ChaosRun::check_outcomes() {
   };
   std::map<std::string, std::int64_t> expected;
   for (int i = 0; i < o_.accounts; ++i) expected[account_id(i)] = kOpening;
+  for (const std::string& id : created_) expected[id] = kOpening;
   for (const test::Record& r :
        test::consume(bootstrap_, "transfers.results", workload_.valid, 60s, 3s)) {
     ++f_.outcome_messages;
@@ -508,7 +545,12 @@ void ChaosRun::check_outcomes() {
         (q.kind == PlannedRequest::Kind::unknown_account && state == "canceled" &&
          (reason == "unknown_account" ||
           // the debit is checked first: an unknown destination is never reached
-          (reason == "insufficient_funds" && q.from.starts_with("acct-"))));
+          (reason == "insufficient_funds" && q.from.starts_with("acct-")))) ||
+        // created by the nemesis: before, unknown (above); after, ordinary
+        (q.kind == PlannedRequest::Kind::unknown_account &&
+         created_.count(q.from.starts_with("ghost-") ? q.from : q.to) != 0 &&
+         ((state == "done" && j["reason"].is_null()) ||
+          (state == "canceled" && reason == "insufficient_funds")));
     if (!allowed) problem("unexpected outcome for " + q.bytes + ": " + r.value);
     ++f_.outcomes[state == "done" ? state : state + "/" + reason];
     if (state == "done") {
@@ -670,6 +712,8 @@ void ChaosRun::print_figures(const Publisher& publisher, std::int64_t elapsed_ms
                           std::to_string(f_.store_kill_rounds) + " rounds"
                     : std::string("n/a (SQLite is embedded: no server connection)"))
             << "\n"
+            << "  accounts created:    " << f_.accounts_created
+            << " (named by unknown-account requests, while transfers flow)\n"
             << "  conservation reads:  " << f_.reads << " (" << non_conserved_reads_
             << " not conserved; " << f_.reads_unanswered << " unanswered)\n"
             << "  outcomes:            " << f_.outcome_messages << " messages for " << finished
