@@ -84,15 +84,32 @@ class PgAccountRace : public ::testing::Test {
     return r.exit_code == 0 ? std::stoi(r.output) : -1;
   }
 
-  // Starts `call` on its own thread, then gives it the time to either finish
-  // or queue on a lock (`waiters` backends waiting), so the steps happen in
-  // the order the interleaving needs.
-  template <typename Call>
-  std::future<LegResult> step(Call call, int waiters) {
-    auto f = std::async(std::launch::async, call);
-    eventually([&] { return f.wait_for(0ms) == std::future_status::ready || waiting() >= waiters; },
-               5s);
-    return f;
+  // Before W2 commits its cancel: the operator creates `missing`, then W1
+  // wakes and tries `zombie_op` on it. W2 then finishes and commits; returns
+  // W1's result.
+  LegStatus race_creation_and_zombie(const std::string& transfer, const std::string& missing,
+                                     LegOp zombie_op) {
+    // Each call gets the time to either finish or queue on a lock (`n`
+    // backends waiting), so the steps happen in the interleaving's order.
+    const auto finished_or_waiting = [&](auto& call, int n) {
+      eventually([&] { return call.wait_for(0ms) == std::future_status::ready || waiting() >= n; },
+                 5s);
+    };
+    auto created = std::async(std::launch::async, [&] {
+      const Account a = account(missing);
+      return op_->create_accounts({&a, 1});
+    });
+    finished_or_waiting(created, 1);
+    auto zombie =
+        std::async(std::launch::async, [&] { return leg(*w1_, zombie_op, transfer, missing); });
+    finished_or_waiting(zombie, 2);
+    transition(*w2_, transfer, TransferState::canceling, TransferState::canceled,
+               Reason::unknown_account, "w2", 2);
+    EXPECT_TRUE(w2_->end_scope(true).is_ok());
+    EXPECT_EQ(created.wait_for(10s), std::future_status::ready);
+    EXPECT_TRUE(created.get().is_ok());
+    EXPECT_EQ(zombie.wait_for(10s), std::future_status::ready);
+    return zombie.get().status;
   }
 
   void expect_audit_passes() {
@@ -128,23 +145,8 @@ TEST_F(PgAccountRace, DebitVoidedOnAMissingAccountNeverPosts) {
   EXPECT_EQ(leg(*w2_, LegOp::cancel_credit, "T1", "B").status, LegStatus::voided);
   EXPECT_EQ(leg(*w2_, LegOp::cancel_debit, "T1", "A").status, LegStatus::voided);
 
-  // Before W2 commits: the operator creates A, then W1 wakes and debits it.
-  auto created = std::async(std::launch::async, [&] {
-    const Account a = account("A");
-    return op_->create_accounts({&a, 1});
-  });
-  eventually([&] { return created.wait_for(0ms) == std::future_status::ready || waiting() >= 1; },
-             5s);
-  auto debit = step([&] { return leg(*w1_, LegOp::debit, "T1", "A"); }, 2);
-
-  transition(*w2_, "T1", TransferState::canceling, TransferState::canceled,
-             Reason::unknown_account, "w2", 2);
-  SAGA_ASSERT_OK(w2_->end_scope(true));
-
-  ASSERT_EQ(created.wait_for(10s), std::future_status::ready);
-  SAGA_EXPECT_OK(created.get());
-  ASSERT_EQ(debit.wait_for(10s), std::future_status::ready);
-  EXPECT_EQ(debit.get().status, LegStatus::voided) << "W1 posted a leg W2 had voided";
+  EXPECT_EQ(race_creation_and_zombie("T1", "A", LegOp::debit), LegStatus::voided)
+      << "W1 posted a leg W2 had voided";
   EXPECT_EQ(balance("A"), kOpening);
   EXPECT_EQ(balance("B"), kOpening);
   expect_audit_passes();
@@ -166,22 +168,8 @@ TEST_F(PgAccountRace, CreditVoidedOnAMissingAccountNeverPosts) {
   EXPECT_EQ(leg(*w2_, LegOp::cancel_credit, "T2", "C").status, LegStatus::voided);
   EXPECT_EQ(leg(*w2_, LegOp::cancel_debit, "T2", "A").status, LegStatus::reversed);
 
-  auto created = std::async(std::launch::async, [&] {
-    const Account c = account("C");
-    return op_->create_accounts({&c, 1});
-  });
-  eventually([&] { return created.wait_for(0ms) == std::future_status::ready || waiting() >= 1; },
-             5s);
-  auto credit = step([&] { return leg(*w1_, LegOp::credit, "T2", "C"); }, 2);
-
-  transition(*w2_, "T2", TransferState::canceling, TransferState::canceled,
-             Reason::unknown_account, "w2", 2);
-  SAGA_ASSERT_OK(w2_->end_scope(true));
-
-  ASSERT_EQ(created.wait_for(10s), std::future_status::ready);
-  SAGA_EXPECT_OK(created.get());
-  ASSERT_EQ(credit.wait_for(10s), std::future_status::ready);
-  EXPECT_EQ(credit.get().status, LegStatus::voided) << "W1 posted a leg W2 had voided";
+  EXPECT_EQ(race_creation_and_zombie("T2", "C", LegOp::credit), LegStatus::voided)
+      << "W1 posted a leg W2 had voided";
   EXPECT_EQ(balance("A"), kOpening);
   EXPECT_EQ(balance("C"), kOpening);
   expect_audit_passes();
