@@ -172,11 +172,14 @@ class LedgerCluster {
   }
 
   // Publishes in chunks of `chunk`, `pause` apart (so faults land while
-  // requests are still arriving). Runs on a background thread.
+  // requests are still arriving). Runs on a background thread. Keyed by the
+  // source account, as upstream systems do, or by id: with a few accounts
+  // the source keys fill only some partitions, and maybe only one worker's.
+  enum class Key { source, id };
   std::thread produce_paced(const std::vector<PlannedTransfer>& transfers, std::size_t chunk,
-                            std::chrono::milliseconds pause) {
+                            std::chrono::milliseconds pause, Key key = Key::source) {
     std::vector<std::pair<std::string, std::string>> messages;
-    for (const auto& t : transfers) messages.emplace_back(t.from, request(t));
+    for (const auto& t : transfers) messages.emplace_back(key == Key::id ? t.id : t.from, request(t));
     return std::thread([this, messages = std::move(messages), chunk, pause] {
       for (std::size_t i = 0; i < messages.size(); i += chunk) {
         const auto end = messages.begin() + static_cast<long>(std::min(i + chunk, messages.size()));
