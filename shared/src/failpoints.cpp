@@ -25,7 +25,7 @@ namespace {
 
 // The saga engine's points name its stages (the `stage` label of
 // saga_stage_duration_seconds); the worker's name its ingest boundaries.
-constexpr std::array<std::string_view, 20> kNames = {
+constexpr std::array<std::string_view, 21> kNames = {
     "after_insert",                           // worker: the batch's transfers inserted
     "before_claim",      "after_claim",       // initial -> pending
     "before_plan",       "after_plan",        // the batch's account snapshot
@@ -37,6 +37,7 @@ constexpr std::array<std::string_view, 20> kNames = {
     "before_finish",     "after_finish",      // -> done | canceled (| applied: roll-forward)
     "before_publish",                         // worker: a batch's outcomes about to be produced
     "before_store_offsets",                   // worker: a durable batch's offsets about to be stored
+    "before_dead_letter",                     // worker: a dead letter about to be queued
     "after_recovery_claim",                   // worker: expired transfers claimed, not yet driven
 };
 // Points that are not next to a store call: `error` means nothing there.

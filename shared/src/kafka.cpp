@@ -309,7 +309,7 @@ Status KafkaProducer::produce_once(const std::string& topic, std::string_view ke
 
 Status KafkaProducer::produce(const std::string& topic, std::string_view key,
                               std::string_view value, std::span<const MessageHeader> headers,
-                              void* opaque) {
+                              void* opaque, rd_kafka_resp_err_t* err_out) {
   if (!rk_) return Status::fatal("kafka produce: the producer is closed");
   if (has_fatal_error()) return fatal_error();
   if (headers.size() > kMaxHeaders) {
@@ -319,6 +319,7 @@ Status KafkaProducer::produce(const std::string& topic, std::string_view key,
   for (;;) {
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
     Status s = produce_once(topic, key, value, headers, opaque, err);
+    if (err_out != nullptr) *err_out = err;
     if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return s;
     // Back-pressure: serve delivery reports (which frees queue slots), then
     // try again, for a bounded time.

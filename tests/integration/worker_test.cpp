@@ -38,11 +38,12 @@ class WorkerTest : public ::testing::Test {
     }
   }
 
-  Process start_worker(const std::string& name, const std::string& lease = "30s") {
+  Process start_worker(const std::string& name, const std::string& lease = "30s",
+                       const std::vector<std::string>& env = {}) {
     return Process::start({bin("saga-worker").string(), "--brokers", broker_->bootstrap(), "--group", "g",
                            "--store", store_url_, "--worker-id", name, "--metrics-addr", "",
                            "--lease", lease, "--recovery-interval", "200ms", "--batch-size", "200"},
-                          dir_ / (name + ".log"));
+                          dir_ / (name + ".log"), env);
   }
 
   // Outcomes by id (every message for that id, in arrival order).
@@ -180,6 +181,69 @@ TEST_F(WorkerTest, EveryOutcomePathAndDeadLetters) {
   EXPECT_EQ(balance("a3"), 13);
 
   EXPECT_EQ(worker.stop(20s), 0) << read_file(dir_ / "w1.log");
+  expect_audit_passes();
+}
+
+// A request bigger than the dead-letter producer may send (message.max.bytes,
+// 1,000,000 bytes by default) used to stop the worker for good: every restart
+// met it again (issue 19, finding 3). It is dead-lettered cut to 64 KiB, with
+// headers that say so, and the requests around it go through.
+TEST_F(WorkerTest, ARequestTooLargeToDeadLetterWholeIsSentTruncated) {
+  create_accounts({account("a1", 1000), account("a2", 1000)});
+  Process worker = start_worker("w1");
+  const std::string huge = R"({"id":"t-huge","from":"a1","to":"a2","amount":1,"metadata":")" +
+                           std::string(1'200'000, 'x') + "\"}";
+  produce(broker_->bootstrap(), "transfers.requests",
+          {{"a1", request("t-before", "a1", "a2", 10)},
+           {"a1", huge},
+           {"a1", request("t-after", "a1", "a2", 20)}},
+          {{"message.max.bytes", "2000000"}});
+
+  auto out = outcomes(2, 60s);
+  EXPECT_EQ(out.size(), 2u);
+  EXPECT_TRUE(out.count("t-before") && out.count("t-after")) << read_file(dir_ / "w1.log");
+  auto dead = consume(broker_->bootstrap(), "transfers.dlq", 1, 30s);
+  ASSERT_EQ(dead.size(), 1u) << read_file(dir_ / "w1.log");
+  const Record& d = dead.front();
+  EXPECT_EQ(d.headers.at("saga.error"), "too_large");
+  EXPECT_EQ(d.headers.at("saga.truncated"), "true");
+  EXPECT_EQ(d.headers.at("saga.original.size"), std::to_string(huge.size()));
+  EXPECT_EQ(d.headers.at("saga.source.offset"), "1");
+  EXPECT_EQ(d.value, huge.substr(0, 64 * 1024));  // the original's first 64 KiB
+  EXPECT_TRUE(worker.running()) << read_file(dir_ / "w1.log");
+  EXPECT_EQ(worker.stop(20s), 0) << read_file(dir_ / "w1.log");
+  EXPECT_EQ(balance("a1"), 970);
+  expect_audit_passes();
+}
+
+// A conflict's dead letter that cannot be queued (the producer's queue stays
+// full; here a fail point) used to stop the worker, whose drain then stored
+// the batch's offsets: the conflict was committed past, never dead-lettered
+// (issue 19, finding 4). Now the batch is consumed again from its first
+// message, and the conflict is dead-lettered on the second pass.
+TEST_F(WorkerTest, AConflictWhoseDeadLetterCannotBeQueuedIsConsumedAgain) {
+  create_accounts({account("a1", 1000), account("a2", 1000)});
+  produce(broker_->bootstrap(), "transfers.requests", {{"a1", request("t-1", "a1", "a2", 10)}});
+  Process first = start_worker("w0");
+  ASSERT_EQ(outcomes(1, 60s).size(), 1u) << read_file(dir_ / "w0.log");
+  ASSERT_EQ(first.stop(20s), 0);
+
+  Process worker = start_worker("w1", "30s", {"SAGA_FAILPOINTS=before_dead_letter=1*error"});
+  produce(broker_->bootstrap(), "transfers.requests",
+          {{"a1", request("t-2", "a1", "a2", 20)},
+           {"a1", request("t-1", "a1", "a2", 999)},  // same id, other payload: conflict
+           {"a1", request("t-3", "a1", "a2", 30)}});
+  auto out = outcomes(3, 60s);
+  EXPECT_EQ(out.size(), 3u);
+  auto dead = consume(broker_->bootstrap(), "transfers.dlq", 1, 30s, 2s);
+  ASSERT_EQ(dead.size(), 1u) << read_file(dir_ / "w1.log");
+  EXPECT_EQ(dead.front().headers.at("saga.error"), "conflict");
+  EXPECT_EQ(dead.front().value, request("t-1", "a1", "a2", 999));
+  const std::string log = read_file(dir_ / "w1.log");
+  EXPECT_NE(log.find("consuming the batch again from its first message"), std::string::npos) << log;
+  EXPECT_TRUE(worker.running()) << log;
+  EXPECT_EQ(worker.stop(20s), 0) << log;
+  EXPECT_EQ(balance("a1"), 940);  // each transfer once
   expect_audit_passes();
 }
 

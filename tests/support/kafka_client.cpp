@@ -87,10 +87,13 @@ void Broker::control(const std::string& command) {
 }
 
 void produce(const std::string& brokers, const std::string& topic,
-             const std::vector<std::pair<std::string, std::string>>& messages) {
+             const std::vector<std::pair<std::string, std::string>>& messages,
+             const std::vector<std::pair<std::string, std::string>>& config) {
   g_failed = 0;
-  Rk rk = make_client(RD_KAFKA_PRODUCER, {{"bootstrap.servers", brokers}, {"linger.ms", "1"}},
-                      &count_failures);
+  std::vector<std::pair<std::string, std::string>> props = {{"bootstrap.servers", brokers},
+                                                            {"linger.ms", "1"}};
+  props.insert(props.end(), config.begin(), config.end());
+  Rk rk = make_client(RD_KAFKA_PRODUCER, props, &count_failures);
   for (const auto& [key, value] : messages) {
     const rd_kafka_resp_err_t err = rd_kafka_producev(
         rk.get(), RD_KAFKA_V_TOPIC(topic.c_str()),

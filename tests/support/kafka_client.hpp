@@ -38,8 +38,10 @@ class Broker {
 };
 
 // Produces each (key, value) and waits for delivery; throws on failure.
+// `config`: more librdkafka producer properties (message.max.bytes, ...).
 void produce(const std::string& brokers, const std::string& topic,
-             const std::vector<std::pair<std::string, std::string>>& messages);
+             const std::vector<std::pair<std::string, std::string>>& messages,
+             const std::vector<std::pair<std::string, std::string>>& config = {});
 
 // Reads `topic` from the beginning until `at_least` records arrived or
 // `timeout` passed, then keeps reading for `settle` to catch extras.

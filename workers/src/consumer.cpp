@@ -150,6 +150,17 @@ Status Consumer::store_offsets(rd_kafka_topic_partition_list_t& offsets) {
   return kafka_status(err, "store offsets");
 }
 
+Status Consumer::seek(rd_kafka_topic_partition_list_t& offsets) {
+  constexpr int kSeekTimeoutMs = 5000;
+  if (KafkaErrorPtr error{rd_kafka_seek_partitions(rk_.get(), &offsets, kSeekTimeoutMs)}) {
+    return kafka_status(error.get(), "seek");
+  }
+  for (int i = 0; i < offsets.cnt; ++i) {
+    if (offsets.elems[i].err) return kafka_status(offsets.elems[i].err, "seek");
+  }
+  return Status::ok();
+}
+
 void Consumer::close() {
   if (closed_ || !rk_) return;
   closed_ = true;

@@ -52,6 +52,9 @@ class Consumer {
   static TopicPartitionListPtr offsets_of(const std::vector<MessagePtr>& batch);
   // Stores them, to be committed by auto-commit (or on close).
   Status store_offsets(rd_kafka_topic_partition_list_t& offsets);
+  // The next messages of these partitions start at these offsets (what was
+  // fetched beyond them is dropped).
+  Status seek(rd_kafka_topic_partition_list_t& offsets);
 
   // Partitions currently assigned to this member.
   int assigned_partitions() const noexcept { return assigned_; }

@@ -40,6 +40,12 @@ WorkerProbe::WorkerProbe(prometheus::Registry& registry) {
                    .Register(registry);
   dead_invalid_ = &dead.Add({{"reason", "invalid"}});
   dead_conflict_ = &dead.Add({{"reason", "conflict"}});
+  dead_undeliverable_ = &prometheus::BuildCounter()
+                             .Name("saga_dead_letters_undeliverable_total")
+                             .Help("Dead letters the topic refused even truncated; passed "
+                                   "without one (the error log names each)")
+                             .Register(registry)
+                             .Add({});
 
   auto& finished = prometheus::BuildCounter()
                        .Name("saga_transfers_finished_total")

@@ -34,6 +34,7 @@ class WorkerProbe final : public SagaObserver {
   void on_dead_letter(Reason reason) {
     (reason == Reason::conflict ? dead_conflict_ : dead_invalid_)->Increment();
   }
+  void on_dead_letter_undeliverable() { dead_undeliverable_->Increment(); }
   void on_finished(TransferState state, Reason reason, double seconds_since_request);
   void on_recovered(TransferState state) { recoveries_[static_cast<std::size_t>(state)]->Increment(); }
   void on_batch(std::size_t n) { batch_size_->Observe(static_cast<double>(n)); }
@@ -52,6 +53,7 @@ class WorkerProbe final : public SagaObserver {
   std::array<prometheus::Counter*, 4> requests_{};
   prometheus::Counter* dead_invalid_ = nullptr;
   prometheus::Counter* dead_conflict_ = nullptr;
+  prometheus::Counter* dead_undeliverable_ = nullptr;
   prometheus::Counter* finished_done_ = nullptr;
   std::array<prometheus::Counter*, kReasonCount> finished_canceled_{};
   std::array<prometheus::Counter*, kReasonCount> compensations_{};

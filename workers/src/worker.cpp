@@ -21,6 +21,24 @@ std::int64_t wall_ms() {
       .count();
 }
 
+// A dead letter librdkafka or the broker refuses as too large is sent again
+// cut to these sizes (any valid request is smaller), with headers that say
+// so and give the original size.
+constexpr std::size_t kDeadLetterKeepBytes = 64 * 1024;
+constexpr std::size_t kDeadLetterKeyKeepBytes = 1024;
+
+bool too_large(rd_kafka_resp_err_t err) {
+  return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+         err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE ||
+         err == RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE;
+}
+
+// Refusals of this one message, not of the topic or the client: final for
+// the message, never for the worker.
+bool refused_for_the_message(rd_kafka_resp_err_t err) {
+  return too_large(err) || err == RD_KAFKA_RESP_ERR_INVALID_RECORD;
+}
+
 std::chrono::milliseconds backoff(int attempt) {
   return std::chrono::milliseconds(std::min<std::int64_t>(5000, 50LL << std::min(attempt, 7)));
 }
@@ -128,6 +146,10 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
       if (Status s = dead_letter(entry, std::move(batch_[i]), Reason::invalid, error_code(e),
                                  error_message(e));
           !s) {
+        if (s.kind() != ErrorKind::fatal) {
+          consume_again(entry, s);
+          return Status::ok();
+        }
         entry.offsets.reset();  // not written: consumed again (see below)
         return s;
       }
@@ -175,7 +197,14 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
     if (Status s = dead_letter(entry, std::move(batch_[new_message_[i]]), Reason::conflict,
                                "conflict", msg);
         !s) {
-      return s;
+      // Never store offsets past a conflict not dead-lettered. The batch is
+      // durable: consuming it again finds duplicates and the conflicts.
+      if (s.kind() == ErrorKind::fatal) {
+        entry.offsets.reset();
+        return s;
+      }
+      consume_again(entry, s);
+      break;
     }
   }
   probe_.on_request(RequestResult::accepted, accepted);
@@ -260,32 +289,95 @@ void Worker::publish_outcome(const OutcomeFields& f) {
 Status Worker::dead_letter(PendingOffsets& entry, MessagePtr m, Reason reason, std::string_view code,
                            std::string_view message) {
   probe_.on_dead_letter(reason);
-  entry.reasons.push_back(std::string(to_string(reason)) + '\n' + std::string(code) + '\n' +
-                          std::string(message));
-  entry.dead.push_back(std::move(m));
-  return produce_dead_letter(entry, entry.dead.size() - 1);
+  DeadLetter& d = entry.dead.emplace_back();
+  d.entry = &entry;
+  d.original = std::move(m);
+  d.why.append(to_string(reason)).append(1, '\n').append(code).append(1, '\n').append(message);
+  return produce_dead_letter(d);
 }
 
-Status Worker::produce_dead_letter(PendingOffsets& entry, std::size_t k) {
-  const rd_kafka_message_t& m = *entry.dead[k];
-  const std::string_view why = entry.reasons[k];
+// The original bytes unchanged, or cut when they are refused as too large.
+// A refusal of the message itself is final for it (give_up_dead_letter);
+// anything else is the caller's to handle.
+Status Worker::produce_dead_letter(DeadLetter& d) {
+  const rd_kafka_message_t& m = *d.original;
+  const std::string_view why = d.why;
   const std::size_t a = why.find('\n');
   const std::size_t b = why.find('\n', a + 1);
   const std::string partition = std::to_string(m.partition);
   const std::string offset = std::to_string(m.offset);
-  const MessageHeader headers[] = {
-      {"saga.reason", why.substr(0, a)},
-      {"saga.error", why.substr(a + 1, b - a - 1)},
-      {"saga.message", why.substr(b + 1)},
-      {"saga.source.topic", rd_kafka_topic_name(m.rkt)},
-      {"saga.source.partition", partition},
-      {"saga.source.offset", offset},
-  };
+  const std::string original_size = std::to_string(m.payload ? m.len : 0);
   const std::string_view key(static_cast<const char*>(m.key), m.key ? m.key_len : 0);
   const std::string_view value(static_cast<const char*>(m.payload), m.payload ? m.len : 0);
-  if (Status s = producer_->produce(options_.dlq_topic, key, value, headers, &entry); !s) return s;
-  ++entry.outstanding;
-  return Status::ok();
+  if (Status fp = SAGA_FAILPOINT("before_dead_letter"); !fp) return fp;
+  for (;;) {
+    const MessageHeader headers[] = {
+        {"saga.reason", why.substr(0, a)},
+        {"saga.error", why.substr(a + 1, b - a - 1)},
+        {"saga.message", why.substr(b + 1)},
+        {"saga.source.topic", rd_kafka_topic_name(m.rkt)},
+        {"saga.source.partition", partition},
+        {"saga.source.offset", offset},
+        {"saga.truncated", "true"},
+        {"saga.original.size", original_size},
+    };
+    const std::size_t n = d.truncated ? std::size(headers) : std::size(headers) - 2;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    const Status s = producer_->produce(
+        options_.dlq_topic, d.truncated ? key.substr(0, kDeadLetterKeyKeepBytes) : key,
+        d.truncated ? value.substr(0, kDeadLetterKeepBytes) : value, std::span(headers, n), &d, &err);
+    if (s) {
+      d.state = DeadLetter::State::queued;
+      ++d.entry->outstanding;
+      return Status::ok();
+    }
+    if (too_large(err) && !d.truncated) {
+      spdlog::warn("dead letter for {} partition {} offset {} is too large ({} bytes); sending it "
+                   "truncated", rd_kafka_topic_name(m.rkt), m.partition, m.offset, original_size);
+      d.truncated = true;
+      continue;
+    }
+    if (refused_for_the_message(err)) {
+      give_up_dead_letter(d, err);
+      return Status::ok();
+    }
+    return s;
+  }
+}
+
+void Worker::give_up_dead_letter(DeadLetter& d, rd_kafka_resp_err_t err) {
+  const rd_kafka_message_t& m = *d.original;
+  d.state = DeadLetter::State::given_up;
+  probe_.on_dead_letter_undeliverable();
+  spdlog::error("dead letter for {} partition {} offset {} ({} bytes) cannot be written to {} even "
+                "truncated ({}); going on without it, its offset will be committed",
+                rd_kafka_topic_name(m.rkt), m.partition, m.offset, m.payload ? m.len : 0,
+                options_.dlq_topic, rd_kafka_err2name(err));
+}
+
+// A dead letter could not be queued for now (the local queue stayed full):
+// rather than stopping the worker, the batch is consumed again from its
+// first message. None of its offsets is stored; what it wrote is found again
+// as duplicates, and its dead letters are sent again.
+void Worker::consume_again(PendingOffsets& entry, const Status& why) {
+  entry.offsets.reset();
+  TopicPartitionListPtr first(rd_kafka_topic_partition_list_new(16));
+  auto add = [&](const rd_kafka_message_t& m) {
+    const char* topic = rd_kafka_topic_name(m.rkt);
+    rd_kafka_topic_partition_t* tp = rd_kafka_topic_partition_list_find(first.get(), topic, m.partition);
+    if (tp == nullptr) tp = rd_kafka_topic_partition_list_add(first.get(), topic, m.partition);
+    if (tp->offset < 0 || m.offset < tp->offset) tp->offset = m.offset;
+  };
+  for (const MessagePtr& m : batch_) {
+    if (m) add(*m);
+  }
+  for (const DeadLetter& d : entry.dead) add(*d.original);
+  spdlog::warn("{}; consuming the batch again from its first message", why.message());
+  if (Status s = consumer_->seek(*first); !s) {
+    // A partition revoked meanwhile: its next owner starts from the last
+    // committed offset, which is not past this batch either.
+    spdlog::warn("{}", s.message());
+  }
 }
 
 Status Worker::store_ready_offsets() {
@@ -296,10 +388,17 @@ Status Worker::store_ready_offsets() {
       continue;
     }
     if (front.failed) {
-      spdlog::warn("dead-letter delivery failed; sending {} dead letter(s) again", front.dead.size());
+      // Later batches were consumed after this one, so it cannot be consumed
+      // again: its dead letters are retried until delivered or given up.
       front.failed = false;
-      for (std::size_t k = 0; k < front.dead.size(); ++k) {
-        if (Status s = produce_dead_letter(front, k); !s) return s;
+      for (DeadLetter& d : front.dead) {
+        if (d.state != DeadLetter::State::to_send) continue;
+        if (Status s = produce_dead_letter(d); !s) {
+          if (s.kind() == ErrorKind::fatal) return s;
+          spdlog::warn("dead letter not queued again: {}", s.message());
+          front.failed = true;
+          break;
+        }
       }
       return Status::ok();
     }
@@ -314,11 +413,19 @@ Status Worker::store_ready_offsets() {
 
 void Worker::on_delivery(const rd_kafka_message_t& m) {
   if (m._private != &kOutcomeTag) {
-    auto* entry = static_cast<PendingOffsets*>(m._private);
-    --entry->outstanding;
-    if (m.err) {
-      entry->failed = true;
-      spdlog::warn("dead letter not delivered: {}", rd_kafka_err2str(m.err));
+    auto& d = *static_cast<DeadLetter*>(m._private);
+    --d.entry->outstanding;
+    if (!m.err) {
+      d.state = DeadLetter::State::delivered;
+    } else if (refused_for_the_message(m.err) && d.truncated) {
+      give_up_dead_letter(d, m.err);
+    } else {
+      // Sent again (truncated, if the broker found it too large) by
+      // store_ready_offsets once the batch's other reports are in.
+      d.truncated = d.truncated || too_large(m.err);
+      d.state = DeadLetter::State::to_send;
+      d.entry->failed = true;
+      spdlog::warn("dead letter not delivered ({}); sending it again", rd_kafka_err2name(m.err));
     }
     return;
   }

@@ -52,14 +52,25 @@ class Worker final : private DeliveryHandler {
  private:
   Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe);
 
+  struct PendingOffsets;
+  // One message for the dead-letter topic, until it is delivered or given up.
+  // Its delivery report points at it (a deque element never moves).
+  struct DeadLetter {
+    // given_up: refused even truncated, so logged, counted and passed.
+    enum class State : std::uint8_t { to_send, queued, delivered, given_up };
+    PendingOffsets* entry = nullptr;  // the batch it came in
+    MessagePtr original;
+    std::string why;         // reason, code and message, '\n'-separated
+    bool truncated = false;  // too large whole: sent cut (worker.cpp, kDeadLetterKeep*)
+    State state = State::to_send;
+  };
   // A batch's offsets wait here until its dead letters are delivered, in
   // consumption order, so invalid input is never committed past unseen.
   struct PendingOffsets {
-    TopicPartitionListPtr offsets;
-    std::size_t outstanding = 0;             // dead letters not yet acknowledged
-    bool failed = false;                     // one failed: send them all again
-    std::vector<MessagePtr> dead;            // the dead-lettered originals
-    std::vector<std::string> reasons;        // reason/code/message per dead letter
+    TopicPartitionListPtr offsets;  // null: not to be stored (consumed again)
+    std::size_t outstanding = 0;    // dead letters queued, not yet reported
+    bool failed = false;            // some are to be sent (again)
+    std::deque<DeadLetter> dead;
   };
 
   Status ingest_batch(const std::atomic<bool>& stop);
@@ -69,7 +80,9 @@ class Worker final : private DeliveryHandler {
   void publish_outcome(const OutcomeFields& f);
   Status dead_letter(PendingOffsets& entry, MessagePtr m, Reason reason, std::string_view code,
                      std::string_view message);
-  Status produce_dead_letter(PendingOffsets& entry, std::size_t k);
+  Status produce_dead_letter(DeadLetter& d);
+  void give_up_dead_letter(DeadLetter& d, rd_kafka_resp_err_t err);
+  void consume_again(PendingOffsets& entry, const Status& why);
   Status store_ready_offsets();
   Status mark_notified();           // in its own transaction
   Status mark_notified_in_store();  // inside the caller's

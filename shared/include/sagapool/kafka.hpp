@@ -146,9 +146,12 @@ class KafkaProducer {
   // means no key (partitioned by librdkafka's default partitioner otherwise
   // by key hash). On QUEUE_FULL it polls (serving delivery reports) and
   // retries until `queue_full_wait`, never dropping silently. Each message
-  // that was queued gets exactly one delivery report.
+  // that was queued gets exactly one delivery report. `err`, when given,
+  // receives librdkafka's error code (the caller tells a message librdkafka
+  // refuses, such as one over message.max.bytes, from other failures).
   Status produce(const std::string& topic, std::string_view key, std::string_view value,
-                 std::span<const MessageHeader> headers = {}, void* opaque = nullptr);
+                 std::span<const MessageHeader> headers = {}, void* opaque = nullptr,
+                 rd_kafka_resp_err_t* err = nullptr);
 
   // Serves delivery reports; returns how many were served.
   int poll(std::chrono::milliseconds timeout);
