@@ -7,6 +7,18 @@ namespace {
 // (for instance to publish its outcome) soon after the command ends.
 constexpr std::int64_t kOperatorLeaseMs = 5'000;
 
+// Canceled, or being canceled, for a reason of its own by `by`.
+std::string preempted_message(std::string_view id, TransferState state, Reason reason,
+                              std::string_view by, bool finished_here) {
+  std::string m = "transfer " + std::string(id) + " was " +
+                  (state == TransferState::canceled && !finished_here ? "already canceled"
+                                                                      : "being canceled") +
+                  " by " + (by.empty() ? std::string("an unknown owner") : std::string(by)) +
+                  " (reason " + std::string(to_string(reason)) + "), not by this command";
+  if (finished_here) m += "; this command finished that cancel";
+  return m;
+}
+
 std::string applied_refusal(std::string_view id, TransferState s) {
   return "transfer " + std::string(id) + " is " + std::string(to_string(s)) +
          ": both legs are posted and a transfer that applied is never canceled; publish a new "
@@ -36,18 +48,32 @@ Status cancel_transfer(Ledger& ledger, std::string_view id, std::string_view ope
     out.message = applied_refusal(id, doc->state);
     return Status::ok();
   }
-  if (doc->state == TransferState::canceled) {
+  // Take it over (a finished transfer is left as it is), then re-check: the
+  // state may have moved since the load.
+  if (doc->state != TransferState::canceled) {
+    if (Status s = ledger.transfers().take_over(id, operator_id, kOperatorLeaseMs, doc); !s) {
+      return s;
+    }
+    if (!doc) {
+      out.message = "no transfer with id " + std::string(id);
+      return Status::ok();
+    }
+  }
+  out.state = doc->state;
+  if (doc->state == TransferState::done) {
     out.result = ActionResult::refused;
-    out.message = "transfer " + std::string(id) + " is already canceled (reason " +
-                  std::string(to_string(doc->reason)) + ")";
+    out.message = applied_refusal(id, doc->state);
     return Status::ok();
   }
-  // Take it over, then re-check: the state may have moved since the load.
-  if (Status s = ledger.transfers().take_over(id, operator_id, kOperatorLeaseMs, doc); !s) return s;
-  if (!doc) {
-    out.message = "no transfer with id " + std::string(id);
+  if (doc->state == TransferState::canceled) {
+    out.result = ActionResult::preempted;
+    out.message = preempted_message(id, doc->state, doc->reason, doc->owner, false);
     return Status::ok();
   }
+  // A worker moved it to canceling for a reason of its own; the take-over
+  // replaced that worker as owner, so the report can only say "a worker".
+  const bool worker_decided =
+      doc->state == TransferState::canceling && doc->reason != Reason::canceled_by_operator;
   std::vector<SagaItem> items(1);
   items[0].assign(*doc);
   SagaItem& it = items[0];
@@ -69,7 +95,10 @@ Status cancel_transfer(Ledger& ledger, std::string_view id, std::string_view ope
     if (Status s = drive(ledger, operator_id, observer, items); !s) return s;
   }
   out.state = it.state;
-  if (it.state == TransferState::canceled) {
+  if (it.state == TransferState::canceled && worker_decided) {
+    out.result = ActionResult::preempted;
+    out.message = preempted_message(id, it.state, it.reason, "a worker", true);
+  } else if (it.state == TransferState::canceled) {
     out.result = ActionResult::done;
     out.message = "transfer " + it.id + " canceled (reason " + std::string(to_string(it.reason)) + ")";
   } else if (it.state == TransferState::applied || it.state == TransferState::done) {

@@ -672,8 +672,8 @@ constexpr std::array<Statement, kSqlCount> kStatements = {{
     {"saga_claim_expired", "SELECT " SAGA_TRANSFER_COLUMNS " FROM saga_claim_expired($1, $2, $3)"},
     {"saga_take_over",
      "UPDATE saga_transfers SET owner = $2, epoch = epoch + 1, attempts = attempts + 1, "
-     "lease_until_ms = (SELECT saga_now_ms()) + $3 WHERE id = $1 "
-     "RETURNING " SAGA_TRANSFER_COLUMNS},
+     "lease_until_ms = (SELECT saga_now_ms()) + $3 WHERE id = $1 AND state IN " SAGA_UNFINISHED
+     " RETURNING " SAGA_TRANSFER_COLUMNS},
     {"saga_mark_notified",
      "UPDATE saga_transfers SET notified = true WHERE id = ANY ($1::text[]) "
      "AND NOT notified AND state IN ('done', 'canceled')"},

@@ -463,8 +463,13 @@ class PgStore final : public Store {
     if (Status s = run(Sql::take_over, p, r, "take over"); !s) return s;
     std::vector<TransferDoc> docs;
     if (Status s = read_transfers(r.get(), docs, "take over"); !s) return s;
-    if (!docs.empty()) out = std::move(docs.front());
-    return Status::ok();
+    if (!docs.empty()) {
+      out = std::move(docs.front());
+      return Status::ok();
+    }
+    // Finished (or missing): as it is. A statement of its own, so that it
+    // sees a finish committed while the update waited on the row.
+    return load_transfer(id, out);
   }
 
   Status mark_notified(std::span<const std::string_view> ids) override {

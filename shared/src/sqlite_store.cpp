@@ -414,7 +414,7 @@ class SqliteStore final : public Store {
     Stmt* st = nullptr;
     if (Status s = prepare(std::string("UPDATE OR FAIL transfers SET owner = ?1, epoch = epoch + 1, "
                                        "attempts = attempts + 1, lease_until = ?2 "
-                                       "WHERE id = ?3 RETURNING ") +
+                                       "WHERE id = ?3 AND " SAGA_NOT_TERMINAL " RETURNING ") +
                                kTransferColumns,
                            st);
         !s)
@@ -424,7 +424,11 @@ class SqliteStore final : public Store {
     bind_arg(st, 3, id);
     std::vector<TransferDoc> docs;
     if (Status s = read_docs(st, docs, "take over"); !s) return s;
-    if (!docs.empty()) out = std::move(docs.front());
+    if (!docs.empty()) {
+      out = std::move(docs.front());
+    } else if (Status s = load_transfer(id, out); !s) {  // finished (or missing): as it is
+      return s;
+    }
     return tx.commit();
   }
 

@@ -620,7 +620,7 @@ TEST_F(SagactlTest, TransferShowCancelRetryAndStuck) {
   EXPECT_TRUE(contains(r.output, "postings      none")) << r.output;
   EXPECT_TRUE(contains(r.output, "owner sagactl@" + hostname() + " at epoch 2 after 1 take-over(s)")) << r.output;
   r = ctl({"cancel", "t-stuck"});
-  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_EQ(r.exit_code, 5) << r.output;
   EXPECT_TRUE(contains(r.output, "already canceled")) << r.output;
   r = ctl({"stuck", "--older-than", "0s", "--json"});
   EXPECT_EQ(json::parse(r.output).at("count").get<int>(), 0) << r.output;

@@ -235,6 +235,10 @@ class MemoryStore final : public Store {
     const auto it = db_->transfers_.find(id);
     if (it == db_->transfers_.end()) return tx.commit();
     TransferDoc& d = it->second;
+    if (is_terminal(d.state)) {  // finished: as it is
+      out = d;
+      return tx.commit();
+    }
     save_transfer(tx, d.id);
     d.owner.assign(owner);
     ++d.epoch;

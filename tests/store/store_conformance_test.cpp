@@ -494,6 +494,19 @@ TEST_P(StoreTest, TakeOverClaimsRegardlessOfTheLease) {
 
   SAGA_ASSERT_OK(store_->take_over("t-missing", "sagactl", 5'000, d));
   EXPECT_FALSE(d.has_value());
+
+  // A finished transfer is returned as it is, with the owner that finished
+  // it, and left alone (sagactl cancel reports who canceled it).
+  EXPECT_EQ(insert(spec("t-2"), "w1", 3'600'000), InsertResult::inserted);
+  EXPECT_TRUE(transition("t-2", S::initial, S::canceling, "w1", 1, Reason::insufficient_funds));
+  EXPECT_TRUE(transition("t-2", S::canceling, S::canceled, "w1", 1, Reason::insufficient_funds));
+  const TransferDoc before = load("t-2");
+  SAGA_ASSERT_OK(store_->take_over("t-2", "sagactl", 5'000, d));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->owner, "w1");
+  EXPECT_EQ(d->state, S::canceled);
+  expect_same_doc(before, *d);
+  expect_same_doc(before, load("t-2"));
 }
 
 TEST_P(StoreTest, ListStaleReturnsUnfinishedWorkOldestFirst) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -19,8 +20,10 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "../sim/fault_store.hpp"
 #include "process.hpp"
 #include "sagapool/audit.hpp"
 #include "sagapool/ledger.hpp"
@@ -1004,11 +1007,90 @@ TEST_P(EngineTest, CancelIsRefusedOnceAppliedAndOnceDone) {
   const std::string ghost = dst("ghost");
   run_batch({{"t-2", a, ghost, 1, ""}});
   ASSERT_TRUE(cancel_transfer(ledger(), "t-2", "operator", quiet, out).is_ok());
-  EXPECT_EQ(out.result, ActionResult::refused);
+  EXPECT_EQ(out.result, ActionResult::preempted);
   EXPECT_EQ(out.state, S::canceled);
+  EXPECT_NE(out.message.find("already canceled by worker-a (reason unknown_account)"),
+            std::string::npos)
+      << out.message;
   ASSERT_TRUE(cancel_transfer(ledger(), "t-nope", "operator", quiet, out).is_ok());
   EXPECT_EQ(out.result, ActionResult::not_found);
   EXPECT_TRUE(audit_passes(ledger()));
+}
+
+// The operator's own ledger on the same files, whose take_over first lets
+// `act` run: what a worker does between the command's read and its take-over.
+class BeforeTakeOver final : public sim::FaultHooks {
+ public:
+  explicit BeforeTakeOver(std::function<void()> act) : act_(std::move(act)) {}
+  Status on_call(std::string_view op, sim::Phase phase, bool) override {
+    if (op == "take_over" && phase == sim::Phase::before && act_) std::exchange(act_, nullptr)();
+    return Status::ok();
+  }
+
+ private:
+  std::function<void()> act_;
+};
+
+std::unique_ptr<Ledger> operator_ledger(const LedgerFiles& files, sim::FaultHooks& hooks) {
+  std::vector<std::unique_ptr<Store>> stores;
+  for (const auto& f : files.files) {
+    std::unique_ptr<Store> s;
+    EXPECT_TRUE(open_store("sqlite:" + f.string(), s).is_ok());
+    stores.push_back(std::make_unique<sim::FaultStore>(std::move(s), hooks));
+  }
+  return Ledger::from_stores(std::move(stores));
+}
+
+// Issue 19, finding 6: a worker cancels the transfer for its own reason after
+// `sagactl cancel` read it; the command used to report "canceled", exit 0.
+TEST_P(EngineTest, CancelReportsACancelAWorkerMadeAfterItsRead) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-1", a, b, 500, ""}};  // an overdraft
+  submit(reqs);
+  BeforeTakeOver worker_first([&] {
+    std::vector<SagaItem> items = items_for(ledger(), reqs);
+    ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
+  });
+  std::unique_ptr<Ledger> op = operator_ledger(main_, worker_first);
+  NullObserver quiet;
+  ActionOutcome out;
+  ASSERT_TRUE(cancel_transfer(*op, "t-1", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::preempted) << out.message;
+  EXPECT_EQ(out.state, S::canceled);
+  EXPECT_NE(out.message.find("already canceled by worker-a (reason insufficient_funds), not by "
+                             "this command"),
+            std::string::npos)
+      << out.message;
+  expect_outcome("t-1", S::canceled, Reason::insufficient_funds, "none");
+  EXPECT_EQ(doc("t-1").owner, kOwner) << "a finished transfer is not taken over";
+  EXPECT_EQ(doc("t-1").epoch, 1);
+}
+
+// The worker got as far as canceling (its debit posted, the destination
+// unknown) when the command took over: the command finishes that
+// compensation and says whose cancel it was.
+TEST_P(EngineTest, CancelFinishesAWorkersCancelAndSaysSo) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  submit({{"t-1", a, b, 40, ""}});
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
+  BeforeTakeOver worker_first([&] {
+    ASSERT_TRUE(store_transition(ledger(), "t-1", S::pending, S::canceling,
+                                 Reason::account_locked, kOwner, 1));
+  });
+  std::unique_ptr<Ledger> op = operator_ledger(main_, worker_first);
+  NullObserver quiet;
+  ActionOutcome out;
+  ASSERT_TRUE(cancel_transfer(*op, "t-1", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::preempted) << out.message;
+  EXPECT_NE(out.message.find("being canceled by a worker (reason account_locked), not by this "
+                             "command; this command finished that cancel"),
+            std::string::npos)
+      << out.message;
+  expect_outcome("t-1", S::canceled, Reason::account_locked, "debit+reverse_debit");
+  EXPECT_EQ(balance(ledger(), a), 100);
 }
 
 TEST_P(EngineTest, CancelOfAPendingTransferWithBothLegsPostedRollsForward) {

@@ -26,6 +26,7 @@ inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitRefused = 3;
 inline constexpr int kExitNotFound = 4;
+inline constexpr int kExitPreempted = 5;  // cancel: someone else canceled it, for their reason
 
 // What the parsed command line asks for.
 struct Action {

@@ -23,7 +23,8 @@ using namespace sagapool;
 constexpr const char* kExitCodes =
     "Exit codes: 0 done; 1 failed (store error, audit violation, input rejected);\n"
     "2 usage or configuration (bad flag or argument, stores unusable or not the\n"
-    "ledger `init` recorded); 3 refused in the transfer's state; 4 not found.";
+    "ledger `init` recorded); 3 refused in the transfer's state; 4 not found;\n"
+    "5 (cancel) canceled by someone else, for their reason, not by this command.";
 
 int run(int argc, char** argv) {
   CLI::App app("sagactl: set up, inspect and repair a sagapool ledger", "sagactl");

@@ -206,6 +206,8 @@ int operator_command(Ledger& ledger, const std::string& id, OperatorAction act) 
       return fail(kExitRefused, out.message);
     case ActionResult::not_found:
       return fail(kExitNotFound, out.message.empty() ? "no transfer " + id : out.message);
+    case ActionResult::preempted:
+      return fail(kExitPreempted, out.message);
   }
   return fail(kExitFailed, "unknown outcome for transfer " + id);
 }
@@ -240,7 +242,8 @@ void add_transfer_commands(CLI::App& app, Action& action) {
   const std::pair<const char*, const char*> ops[] = {
       {"retry", "take a non-terminal transfer over now and drive it to the end (exit 3 if terminal)"},
       {"cancel", "cancel a transfer that has not applied, reversing a posted debit (exit 3 once "
-                 "applied: publish a reverse transfer instead)"}};
+                 "applied: publish a reverse transfer instead; exit 5 if it was canceled by "
+                 "someone else, for their reason)"}};
   for (const auto& [name, help] : ops) {
     auto id = std::make_shared<std::string>();
     CLI::App* sub = app.add_subcommand(name, help);

@@ -13,6 +13,8 @@ enum class ActionResult {
   done,         // the action took effect; `message` says the final state
   refused,      // not allowed in the transfer's state; `message` says why and what to do
   not_found,
+  preempted,    // cancel: canceled (or being canceled) by someone else, for their reason;
+                // `message` says by whom and why
 };
 
 struct ActionOutcome {
@@ -25,7 +27,10 @@ struct ActionOutcome {
 // canceled with reason canceled_by_operator, reversing a posted debit.
 // Refused once applied (the fix is a new reverse transfer). If compensation
 // finds both legs already posted, the transfer rolls forward and the cancel
-// is reported as refused.
+// is reported as refused. Preempted when it is already canceled, or a worker
+// decided to cancel it for its own reason before the command took it over
+// (the command then finishes that compensation): the outcome keeps the
+// worker's reason, and the report says so.
 Status cancel_transfer(Ledger& ledger, std::string_view id, std::string_view operator_id,
                        SagaObserver& observer, ActionOutcome& out);
 

@@ -181,7 +181,9 @@ class Store {
   // `owner`, epoch += 1, attempts += 1, a new lease. Returns the claimed docs.
   virtual Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
                                std::vector<TransferDoc>& out) = 0;
-  // Claims one transfer regardless of its lease (operator commands).
+  // Claims one unfinished transfer regardless of its lease (operator
+  // commands). A finished one is returned as it is, owner included (who
+  // finished it), and left alone.
   virtual Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
                            std::optional<TransferDoc>& out) = 0;
   virtual Status mark_notified(std::span<const std::string_view> ids) = 0;
