@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kafka_client.hpp"
+#include "kafka_cluster.hpp"
 #include "pg_server.hpp"
 #include "process.hpp"
 #include "sagapool/audit.hpp"
@@ -49,13 +50,28 @@ class LedgerCluster {
   enum class Backend { postgresql, sqlite };
   struct Options {
     int partitions = 6;
-    int brokers = 1;  // saga-broker's mock brokers
+    int brokers = 1;  // saga-broker's mock brokers, or real Kafka nodes
+    // Real Apache Kafka (tools/kafka/kafka.sh): topics with replication
+    // min(3, brokers) and min.insync.replicas min(2, brokers).
+    bool real_kafka = false;
     Backend backend = Backend::postgresql;  // SQLite: one shard
   };
 
   LedgerCluster(int shards, int accounts) : LedgerCluster(shards, accounts, Options{}) {}
   LedgerCluster(int shards, int accounts, const Options& options) : accounts_(accounts) {
-    broker_ = std::make_unique<Broker>(Broker::start(dir_, options.partitions, options.brokers));
+    if (options.real_kafka) {
+      kafka_ = std::make_unique<KafkaCluster>(dir_, options.brokers);
+      bootstrap_ = kafka_->bootstrap();
+      const int replication = std::min(3, options.brokers);
+      const std::string min_insync = std::to_string(std::min(2, options.brokers));
+      for (const char* topic : {"transfers.requests", "transfers.results", "transfers.dlq"}) {
+        kafka_->create_topic(topic, options.partitions, replication,
+                             {{"min.insync.replicas", min_insync}});
+      }
+    } else {
+      broker_ = std::make_unique<Broker>(Broker::start(dir_, options.partitions, options.brokers));
+      bootstrap_ = broker_->bootstrap();
+    }
     std::vector<std::string> own_urls;
     for (int i = 0; i < shards; ++i) {
       if (options.backend == Backend::sqlite) {
@@ -88,7 +104,9 @@ class LedgerCluster {
   static std::string account_id(int i) { return "acct-" + std::to_string(i); }
 
   TempDir& dir() { return dir_; }
-  Broker& broker() { return *broker_; }
+  Broker& broker() { return *broker_; }        // saga-broker only
+  KafkaCluster& kafka() { return *kafka_; }    // real Kafka only
+  const std::string& bootstrap() const { return bootstrap_; }
   Ledger& ledger() { return *ledger_; }
   PgServer& server(std::size_t shard) { return *servers_.at(shard); }
   const std::vector<std::string>& urls() const { return urls_; }
@@ -102,7 +120,7 @@ class LedgerCluster {
                        const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = {bin("saga-worker").string(),
                                      "--brokers",
-                                     broker_->bootstrap(),
+                                     bootstrap_,
                                      "--group",
                                      "g",
                                      "--worker-id",
@@ -183,7 +201,7 @@ class LedgerCluster {
     return std::thread([this, messages = std::move(messages), chunk, pause] {
       for (std::size_t i = 0; i < messages.size(); i += chunk) {
         const auto end = messages.begin() + static_cast<long>(std::min(i + chunk, messages.size()));
-        produce(broker_->bootstrap(), "transfers.requests",
+        produce(bootstrap_, "transfers.requests",
                 {messages.begin() + static_cast<long>(i), end});
         std::this_thread::sleep_for(pause);
       }
@@ -232,7 +250,7 @@ class LedgerCluster {
   void expect_outcomes(const std::vector<PlannedTransfer>& transfers) {
     std::map<std::string, std::set<std::string>> seen;
     std::size_t messages = 0;
-    for (const Record& r : consume(broker_->bootstrap(), "transfers.results", transfers.size(),
+    for (const Record& r : consume(bootstrap_, "transfers.results", transfers.size(),
                                    std::chrono::seconds(60))) {
       const auto j = nlohmann::json::parse(r.value);
       const std::string id = j.at("id").get<std::string>();
@@ -294,6 +312,8 @@ class LedgerCluster {
   TempDir dir_{"sagapool-pg-e2e"};
   int accounts_;
   std::unique_ptr<Broker> broker_;
+  std::unique_ptr<KafkaCluster> kafka_;
+  std::string bootstrap_;
   std::vector<std::unique_ptr<PgServer>> servers_;
   std::vector<std::string> urls_;
   std::unique_ptr<Ledger> ledger_;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,7 +44,7 @@ TempDir::~TempDir() {
 }
 
 Process Process::start(const std::vector<std::string>& argv, const std::filesystem::path& log_file,
-                       const std::vector<std::string>& env) {
+                       const std::vector<std::string>& env, bool die_with_parent) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
   for (const auto& kv : env) env_strings.push_back(kv);
@@ -57,10 +58,15 @@ Process Process::start(const std::vector<std::string>& argv, const std::filesyst
 
   const int fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "open " + log_file.string());
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
   if (pid == 0) {
     ::setpgid(0, 0);
+    if (die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(127);  // the parent died before prctl
+    }
     ::dup2(fd, STDOUT_FILENO);
     ::dup2(fd, STDERR_FILENO);
     const int devnull = ::open("/dev/null", O_RDONLY);

@@ -36,8 +36,10 @@ class Process {
   Process() = default;
   // Starts argv[0] with argv; stdout and stderr go to `log_file` (appended).
   // `env` entries ("K=V") are added to the current environment.
+  // `die_with_parent`: SIGKILLed when the thread that started it ends (the
+  // test's main thread: the test process), so a server outlives no test.
   static Process start(const std::vector<std::string>& argv, const std::filesystem::path& log_file,
-                       const std::vector<std::string>& env = {});
+                       const std::vector<std::string>& env = {}, bool die_with_parent = false);
   Process(Process&& other) noexcept;
   Process& operator=(Process&& other) noexcept;
   ~Process();

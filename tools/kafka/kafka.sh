@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# A real Apache Kafka for the demo, the tests and users: KRaft nodes, each a
+# broker and a controller, on loopback ports.
+#   kafka.sh fetch                           the pinned jars from Maven Central (once)
+#   kafka.sh run [--brokers 1|3] [--dir D]   start, wait until ready, print the
+#                                            bootstrap servers, stop everything on exit
+#   kafka.sh configure --brokers N --dir D   format N nodes (what run and the tests use)
+#   kafka.sh node --dir D --node I           run one configured node in the foreground
+# The jars live in $SAGA_KAFKA_HOME (default ~/.cache/sagapool/kafka-3.9.1).
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+KAFKA_VERSION=3.9.1
+
+die() { echo "kafka.sh: $*" >&2; exit 1; }
+jar_dir() { echo "${SAGA_KAFKA_HOME:-$HOME/.cache/sagapool/kafka-$KAFKA_VERSION}"; }
+
+# --- fetch: idempotent; the marker is written last, so a broken download is redone
+cmd_fetch() {
+  local jars; jars="$(jar_dir)"
+  [ -f "$jars/.complete" ] && return 0
+  command -v java >/dev/null && command -v mvn >/dev/null \
+    || die "java and mvn are needed (./dev installs openjdk-17-jre-headless and maven)"
+  echo "kafka.sh: fetching Apache Kafka $KAFKA_VERSION from Maven Central into $jars" >&2
+  rm -rf "$jars.part"
+  mvn -q -B -f "$HERE/pom.xml" dependency:copy-dependencies -DoutputDirectory="$jars.part" >&2 \
+    || die "mvn could not fetch Kafka's jars"
+  rm -rf "$jars"
+  mv "$jars.part" "$jars"
+  touch "$jars/.complete"
+}
+
+# --- configure: format N KRaft nodes under DIR, print the bootstrap servers
+cmd_configure() {
+  local nodes=1 dir=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --brokers) nodes="$2"; shift 2 ;;
+      --dir) dir="$2"; shift 2 ;;
+      *) die "configure: unknown argument '$1'" ;;
+    esac
+  done
+  [ -n "$dir" ] || die "configure: --dir is required"
+  case "$nodes" in 1|3) ;; *) die "--brokers must be 1 or 3 (a KRaft quorum of 2 survives nothing)" ;; esac
+  local jars; jars="$(jar_dir)"
+  [ -f "$jars/.complete" ] || die "Kafka's jars are missing: run 'tools/kafka/kafka.sh fetch' first"
+  mkdir -p "$dir"
+  # 2 ports a node (clients, controller), bound and released at once: the
+  # node binds them a few seconds later; a clash shows as a failed start.
+  local ports
+  read -r -a ports <<<"$(python3 - "$((2 * nodes))" <<'PY'
+import socket, sys
+held = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); held.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in held))
+PY
+)"
+  local voters="" bootstrap="" i
+  for ((i = 1; i <= nodes; i++)); do
+    voters+="${voters:+,}$i@127.0.0.1:${ports[$((2 * i - 1))]}"
+    bootstrap+="${bootstrap:+,}127.0.0.1:${ports[$((2 * i - 2))]}"
+  done
+  local rf=$((nodes < 3 ? nodes : 3)) isr=$((nodes < 2 ? nodes : 2))
+  local cluster_id
+  cluster_id="$(python3 -c 'import uuid, base64; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+  cat >"$dir/log4j.properties" <<'L4J'
+log4j.rootLogger=WARN, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.server.KafkaRaftServer=INFO
+L4J
+  for ((i = 1; i <= nodes; i++)); do
+    local node_dir="$dir/node-$i"
+    mkdir -p "$node_dir"
+    cat >"$node_dir/server.properties" <<PROPS
+# Written by tools/kafka/kafka.sh configure: node $i of $nodes, each a broker
+# and a controller (KRaft combined mode), on loopback only.
+process.roles=broker,controller
+node.id=$i
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:${ports[$((2 * i - 2))]},CONTROLLER://127.0.0.1:${ports[$((2 * i - 1))]}
+advertised.listeners=PLAINTEXT://127.0.0.1:${ports[$((2 * i - 2))]}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$node_dir/data
+# Topics are created on purpose, with their replication (docs/kafka.md).
+auto.create.topics.enable=false
+default.replication.factor=$rf
+min.insync.replicas=$isr
+offsets.topic.replication.factor=$rf
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+# Tests start groups at once; production keeps the 3 s default.
+group.initial.rebalance.delay.ms=0
+PROPS
+    java -cp "$jars/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.tools.StorageTool \
+      format -t "$cluster_id" -c "$node_dir/server.properties" --ignore-formatted >"$node_dir/format.log" 2>&1 \
+      || die "formatting node $i failed: $(tail -5 "$node_dir/format.log")"
+  done
+  echo "$bootstrap" >"$dir/bootstrap"
+  echo "bootstrap: $bootstrap"
+}
+
+# --- node: run one configured node in the foreground (exec: its pid is the JVM's)
+cmd_node() {
+  local dir="" node=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --dir) dir="$2"; shift 2 ;;
+      --node) node="$2"; shift 2 ;;
+      *) die "node: unknown argument '$1'" ;;
+    esac
+  done
+  [ -f "$dir/node-$node/server.properties" ] || die "node: no node '$node' configured under '$dir'"
+  local jars; jars="$(jar_dir)"
+  echo $$ >"$dir/node-$node.pid"  # exec keeps the pid: it is the JVM's
+  exec java -Xms256m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+    -Dlog4j.configuration="file:$dir/log4j.properties" -cp "$jars/*" \
+    kafka.Kafka "$dir/node-$node/server.properties"
+}
+
+# --- run: configure, start every node as a child, wait, serve until a signal
+cmd_run() {
+  local nodes=1 dir=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --brokers) nodes="$2"; shift 2 ;;
+      --dir) dir="$2"; shift 2 ;;
+      *) die "run: unknown argument '$1' (expected --brokers 1|3, --dir DIR)" ;;
+    esac
+  done
+  local own_dir=""
+  if [ -z "$dir" ]; then
+    dir="$(mktemp -d -t sagapool-kafka.XXXXXX)"
+    own_dir="$dir"
+  fi
+  cmd_fetch
+  cmd_configure --brokers "$nodes" --dir "$dir" >/dev/null
+  local i
+  stop_all() {
+    trap - EXIT INT TERM
+    local pids
+    pids="$(cat "$dir"/node-*.pid 2>/dev/null || true)"
+    if [ -n "$pids" ]; then
+      kill -CONT $pids 2>/dev/null || true
+      kill -TERM $pids 2>/dev/null || true
+      # A node that outlasts the grace (a controlled shutdown with no quorum
+      # left) is killed: its data is on disk.
+      for _ in $(seq 1 30); do
+        kill -0 $pids 2>/dev/null || break
+        sleep 1
+      done
+      kill -KILL $pids 2>/dev/null || true
+    fi
+    [ -z "$own_dir" ] || rm -rf "$own_dir"
+    exit 0
+  }
+  trap stop_all EXIT INT TERM
+  for ((i = 1; i <= nodes; i++)); do
+    # A watchdog per node: if this launcher is SIGKILLed (no trap runs), it
+    # sees its parent gone and kills the node. The launcher stops the nodes
+    # itself otherwise, so the watchdog ignores TERM and INT.
+    (
+      "$HERE/kafka.sh" node --dir "$dir" --node "$i" >"$dir/node-$i.log" 2>&1 &
+      node_pid=$!
+      trap '' TERM INT  # after the fork: the node itself must still take TERM
+      while kill -0 "$node_pid" 2>/dev/null; do
+        kill -0 "$$" 2>/dev/null || { kill -KILL "$node_pid"; exit 0; }
+        sleep 1
+      done
+    ) &
+  done
+  local bootstrap; bootstrap="$(cat "$dir/bootstrap")"
+  local live=0
+  for _ in $(seq 1 120); do
+    live="$(kcat -b "$bootstrap" -L -m 2 2>/dev/null | grep -c '^  broker [0-9]* at' || true)"
+    [ "$live" = "$nodes" ] && break
+    sleep 1
+  done
+  if [ "$live" != "$nodes" ]; then
+    for ((i = 1; i <= nodes; i++)); do echo "--- node $i" >&2; tail -20 "$dir/node-$i.log" >&2; done
+    die "$live of $nodes brokers live after 120 s"
+  fi
+  echo "bootstrap: $bootstrap"
+  wait
+}
+
+cmd="${1:-}"; [ $# -gt 0 ] && shift
+case "$cmd" in
+  fetch | configure | node | run) "cmd_$cmd" "$@" ;;
+  *) die "usage: kafka.sh fetch | run [--brokers 1|3] [--dir DIR] | configure --brokers N --dir DIR | node --dir DIR --node I" ;;
+esac
