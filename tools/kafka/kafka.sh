@@ -30,17 +30,23 @@ cmd_fetch() {
 }
 
 # --- configure: format N KRaft nodes under DIR, print the bootstrap servers
-cmd_configure() {
-  local nodes=1 dir=""
+# --brokers N and --dir D of configure and run, into $nodes and $dir.
+parse_cluster_args() {
+  nodes=1 dir=""
   while [ $# -gt 0 ]; do
     case "$1" in
-      --brokers) nodes="$2"; shift 2 ;;
-      --dir) dir="$2"; shift 2 ;;
-      *) die "configure: unknown argument '$1'" ;;
+      --brokers) nodes="${2:?--brokers needs 1 or 3}"; shift 2 ;;
+      --dir) dir="${2:?--dir needs a folder}"; shift 2 ;;
+      *) die "unknown argument '$1' (expected --brokers 1|3, --dir DIR)" ;;
     esac
   done
-  [ -n "$dir" ] || die "configure: --dir is required"
   case "$nodes" in 1|3) ;; *) die "--brokers must be 1 or 3 (a KRaft quorum of 2 survives nothing)" ;; esac
+}
+
+cmd_configure() {
+  local nodes dir
+  parse_cluster_args "$@"
+  [ -n "$dir" ] || die "configure: --dir is required"
   local jars; jars="$(jar_dir)"
   [ -f "$jars/.complete" ] || die "Kafka's jars are missing: run 'tools/kafka/kafka.sh fetch' first"
   mkdir -p "$dir"
@@ -123,14 +129,8 @@ cmd_node() {
 
 # --- run: configure, start every node as a child, wait, serve until a signal
 cmd_run() {
-  local nodes=1 dir=""
-  while [ $# -gt 0 ]; do
-    case "$1" in
-      --brokers) nodes="$2"; shift 2 ;;
-      --dir) dir="$2"; shift 2 ;;
-      *) die "run: unknown argument '$1' (expected --brokers 1|3, --dir DIR)" ;;
-    esac
-  done
+  local nodes dir
+  parse_cluster_args "$@"
   local own_dir=""
   if [ -z "$dir" ]; then
     dir="$(mktemp -d -t sagapool-kafka.XXXXXX)"
