@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The demo: a local broker, a SQLite ledger of 1,000 accounts, 200,000
-# generated transfers through 3 workers, a summary and an audit.
+# The demo: a local Apache Kafka (one KRaft node, tools/kafka/kafka.sh), a
+# SQLite ledger of 1,000 accounts, 200,000 generated transfers through 3
+# workers, a summary and an audit. --broker mock uses saga-broker
+# (librdkafka's mock cluster, in memory) instead: quicker to start.
 # With --postgres the ledger is two throwaway PostgreSQL servers, two shards
 # of one ledger (initdb into the demo's folder, free loopback ports), stopped
 # and removed at the end; --shards N picks how many (1..4). Its summary adds
@@ -8,13 +10,14 @@
 # With --prometheus a local Prometheus scrapes the workers, with the alert and
 # recording rules of monitoring/ loaded, until the demo ends. The summary
 # plots throughput, latency and lag over time (gnuplot, PNG).
-# Usage: tools/demo.sh BIN_DIR [--postgres [--shards N]] [--prometheus] [--transfers N] [--workers N] [--keep]
+# Usage: tools/demo.sh BIN_DIR [--broker kafka|mock] [--postgres [--shards N]] [--prometheus] [--transfers N] [--workers N] [--keep]
 set -euo pipefail
 BIN=$1; shift
 PROMETHEUS=0 OBS_PIDS=()  # --prometheus; the sampler's and Prometheus' pids
-TRANSFERS=200000 WORKERS=3 ACCOUNTS=1000 KEEP=0 POSTGRES=0 SHARDS=2
+TRANSFERS=200000 WORKERS=3 ACCOUNTS=1000 KEEP=0 POSTGRES=0 SHARDS=2 BROKER=kafka
 while [ $# -gt 0 ]; do
   case "$1" in
+    --broker) BROKER=$2; shift 2 ;;
     --transfers) TRANSFERS=$2; shift 2 ;;
     --workers) WORKERS=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
@@ -27,6 +30,10 @@ done
 case "$SHARDS" in
   1|2|3|4) ;;
   *) echo "demo: --shards takes 1 to 4" >&2; exit 2 ;;
+esac
+case "$BROKER" in
+  kafka|mock) ;;
+  *) echo "demo: --broker takes kafka or mock" >&2; exit 2 ;;
 esac
 
 WORK=$(mktemp -d -t sagapool-demo-XXXXXX)
@@ -121,11 +128,27 @@ metric_sum() {  # metric_sum NAME: sum of a metric over the workers' /metrics
   echo "$total"
 }
 
-say "1/6 starting saga-broker"
-"$BIN/saga-broker" --partitions 12 --bootstrap-file "$WORK/bootstrap" >"$WORK/broker.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do [ -s "$WORK/bootstrap" ] && break; sleep 0.1; done
-BROKERS=$(cat "$WORK/bootstrap")
+if [ "$BROKER" = kafka ]; then
+  say "1/6 starting Apache Kafka: one KRaft node, 12 partitions a topic"
+  KAFKA="$(dirname "${BASH_SOURCE[0]}")/kafka/kafka.sh"
+  "$KAFKA" run --brokers 1 --dir "$WORK/kafka" >"$WORK/kafka.out" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 240); do
+    grep -q '^bootstrap: ' "$WORK/kafka.out" && break
+    kill -0 "${PIDS[-1]}" 2>/dev/null || break
+    sleep 0.5
+  done
+  BROKERS=$(sed -n 's/^bootstrap: //p' "$WORK/kafka.out")
+  [ -n "$BROKERS" ] || { cat "$WORK/kafka.out" >&2; echo "demo: Kafka did not start" >&2; exit 1; }
+  "$KAFKA" topics --bootstrap "$BROKERS" --partitions 12 --replication 1 \
+    transfers.requests transfers.results transfers.dlq
+else
+  say "1/6 starting saga-broker (librdkafka's mock cluster)"
+  "$BIN/saga-broker" --partitions 12 --bootstrap-file "$WORK/bootstrap" >"$WORK/broker.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do [ -s "$WORK/bootstrap" ] && break; sleep 0.1; done
+  BROKERS=$(cat "$WORK/bootstrap")
+fi
 echo "    brokers: $BROKERS"
 
 say "2/6 creating the ledger: $ACCOUNTS accounts of 10,000,000 each"

@@ -4,6 +4,8 @@
 #   kafka.sh fetch                           the pinned jars from Maven Central (once)
 #   kafka.sh run [--brokers 1|3] [--dir D]   start, wait until ready, print the
 #                                            bootstrap servers, stop everything on exit
+#   kafka.sh topics --bootstrap B [--partitions P] [--replication R] NAME...
+#                                            create topics if missing
 #   kafka.sh configure --brokers N --dir D   format N nodes (what run and the tests use)
 #   kafka.sh node --dir D --node I           run one configured node in the foreground
 # The jars live in $SAGA_KAFKA_HOME (default ~/.cache/sagapool/kafka-3.9.1).
@@ -127,6 +129,30 @@ cmd_node() {
     kafka.Kafka "$dir/node-$node/server.properties"
 }
 
+# --- topics: create topics if missing, with Kafka's own TopicCommand
+cmd_topics() {
+  local bootstrap="" partitions=12 replication=1 names=() name out
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --bootstrap) bootstrap="${2:?--bootstrap needs host:port[,...]}"; shift 2 ;;
+      --partitions) partitions="${2:?--partitions needs a number}"; shift 2 ;;
+      --replication) replication="${2:?--replication needs a number}"; shift 2 ;;
+      -*) die "topics: unknown argument '$1'" ;;
+      *) names+=("$1"); shift ;;
+    esac
+  done
+  [ -n "$bootstrap" ] && [ ${#names[@]} -gt 0 ] \
+    || die "usage: kafka.sh topics --bootstrap B [--partitions P] [--replication R] NAME..."
+  local jars; jars="$(jar_dir)"
+  for name in "${names[@]}"; do
+    out="$(java -cp "$jars/*" org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" \
+      --create --if-not-exists --topic "$name" --partitions "$partitions" \
+      --replication-factor "$replication" \
+      --config "min.insync.replicas=$((replication < 2 ? replication : 2))" 2>&1)" \
+      || die "could not create topic $name: $(echo "$out" | grep -v '^log4j:' | tail -3)"
+  done
+}
+
 # --- run: configure, start every node as a child, wait, serve until a signal
 cmd_run() {
   local nodes dir
@@ -189,6 +215,6 @@ cmd_run() {
 
 cmd="${1:-}"; [ $# -gt 0 ] && shift
 case "$cmd" in
-  fetch | configure | node | run) "cmd_$cmd" "$@" ;;
-  *) die "usage: kafka.sh fetch | run [--brokers 1|3] [--dir DIR] | configure --brokers N --dir DIR | node --dir DIR --node I" ;;
+  fetch | configure | node | run | topics) "cmd_$cmd" "$@" ;;
+  *) die "usage: kafka.sh fetch | run [--brokers 1|3] [--dir DIR] | topics --bootstrap B [--partitions P] [--replication R] NAME... | configure --brokers N --dir DIR | node --dir DIR --node I" ;;
 esac
