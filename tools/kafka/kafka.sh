@@ -6,6 +6,7 @@
 #                                            bootstrap servers, stop everything on exit
 #   kafka.sh topics --bootstrap B [--partitions P] [--replication R] NAME...
 #                                            create topics if missing
+#   kafka.sh tool CLASS [ARGS...]            one of Kafka's own tools (console producer, ...)
 #   kafka.sh configure --brokers N --dir D   format N nodes (what run and the tests use)
 #   kafka.sh node --dir D --node I           run one configured node in the foreground
 # The jars live in $SAGA_KAFKA_HOME (default ~/.cache/sagapool/kafka-3.9.1).
@@ -145,12 +146,21 @@ cmd_topics() {
     || die "usage: kafka.sh topics --bootstrap B [--partitions P] [--replication R] NAME..."
   local jars; jars="$(jar_dir)"
   for name in "${names[@]}"; do
-    out="$(java -cp "$jars/*" org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" \
+    out="$(java -cp "$jars/*" -Dlog4j.configuration="file:$HERE/tools-log4j.properties" \
+      org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" \
       --create --if-not-exists --topic "$name" --partitions "$partitions" \
       --replication-factor "$replication" \
       --config "min.insync.replicas=$((replication < 2 ? replication : 2))" 2>&1)" \
       || die "could not create topic $name: $(echo "$out" | grep -v '^log4j:' | tail -3)"
   done
+}
+
+# --- tool: one of Kafka's own command-line tools, by class name, e.g.
+# org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --describe ...
+cmd_tool() {
+  [ $# -gt 0 ] || die "usage: kafka.sh tool CLASS [ARGS...]"
+  local jars; jars="$(jar_dir)"
+  exec java -cp "$jars/*" -Dlog4j.configuration="file:$HERE/tools-log4j.properties" "$@"
 }
 
 # --- run: configure, start every node as a child, wait, serve until a signal
@@ -215,6 +225,6 @@ cmd_run() {
 
 cmd="${1:-}"; [ $# -gt 0 ] && shift
 case "$cmd" in
-  fetch | configure | node | run | topics) "cmd_$cmd" "$@" ;;
-  *) die "usage: kafka.sh fetch | run [--brokers 1|3] [--dir DIR] | topics --bootstrap B [--partitions P] [--replication R] NAME... | configure --brokers N --dir DIR | node --dir DIR --node I" ;;
+  fetch | configure | node | run | topics | tool) "cmd_$cmd" "$@" ;;
+  *) die "usage: kafka.sh fetch | tool CLASS ARGS... | run [--brokers 1|3] [--dir DIR] | topics --bootstrap B [--partitions P] [--replication R] NAME... | configure --brokers N --dir DIR | node --dir DIR --node I" ;;
 esac

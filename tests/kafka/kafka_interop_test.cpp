@@ -1,0 +1,106 @@
+// The ecosystem's own tools against the workers on a real Kafka: requests
+// published with Kafka's console producer and with kcat, outcomes read with
+// Kafka's console consumer, and after the drain the group's committed offsets
+// as kafka-consumer-groups reports them equal the log end offsets.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ledger_cluster.hpp"
+
+namespace sagapool::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// One of Kafka's tools through tools/kafka/kafka.sh; `stdin_file` (if any)
+// is its standard input.
+RunResult kafka_tool(const std::string& args, const std::filesystem::path& stdin_file = {}) {
+  std::string cmd = std::string(SAGA_SOURCE_DIR) + "/tools/kafka/kafka.sh tool " + args;
+  if (!stdin_file.empty()) cmd += " < '" + stdin_file.string() + "'";
+  return run({"/bin/bash", "-c", cmd}, {}, 180s);
+}
+
+TEST(KafkaInterop, ConsoleToolsAndKcatTalkToTheWorkers) {
+  LedgerCluster cluster(1, 20,
+                        {.partitions = 3,
+                         .brokers = 1,
+                         .real_kafka = true,
+                         .backend = LedgerCluster::Backend::sqlite});
+  const std::vector<PlannedTransfer> transfers = cluster.plan(400, 41);
+  const std::filesystem::path by_console = cluster.log_of("by-console");  // key|value lines
+  const std::filesystem::path by_kcat = cluster.log_of("by-kcat");
+  {
+    std::ofstream console(by_console), kcat(by_kcat);
+    for (std::size_t i = 0; i < transfers.size(); ++i) {
+      (i % 2 ? kcat : console) << transfers[i].from << '|' << LedgerCluster::request(transfers[i]) << '\n';
+    }
+  }
+  const std::string bootstrap = cluster.bootstrap();
+  const RunResult console = kafka_tool(
+      "kafka.tools.ConsoleProducer --bootstrap-server " + bootstrap +
+          " --topic transfers.requests --property parse.key=true --property key.separator='|'",
+      by_console);
+  ASSERT_EQ(console.exit_code, 0) << console.output;
+  const RunResult kcat = run({"/usr/bin/kcat", "-b", bootstrap, "-P", "-t", "transfers.requests",
+                              "-K", "|", "-l", by_kcat.string()});
+  ASSERT_EQ(kcat.exit_code, 0) << kcat.output;
+
+  std::vector<Process> workers;
+  workers.push_back(cluster.start_worker("w0"));
+  workers.push_back(cluster.start_worker("w1"));
+  ASSERT_TRUE(cluster.wait_finished(transfers.size(), 120s));
+
+  // Outcomes, keyed by transfer id, as Kafka's console consumer prints them.
+  const RunResult read = kafka_tool(
+      "org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server " + bootstrap +
+      " --topic transfers.results --from-beginning --timeout-ms 10000"
+      " --property print.key=true --property key.separator='|'");
+  std::set<std::string> ids;
+  std::istringstream lines(read.output);
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t bar = line.find('|');
+    if (bar == std::string::npos || line.find(R"("id":")") == std::string::npos) continue;
+    const std::string key = line.substr(0, bar);
+    EXPECT_NE(line.find(R"({"id":")" + key + '"', bar), std::string::npos) << line;
+    ids.insert(key);
+  }
+  EXPECT_EQ(ids.size(), transfers.size()) << read.output.substr(0, 2000);
+
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    EXPECT_EQ(workers[i].stop(30s), 0) << read_file(cluster.log_of("w" + std::to_string(i)));
+  }
+  // After the drain: committed == log end on every request partition.
+  const RunResult groups = kafka_tool(
+      "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server " + bootstrap +
+      " --describe --group g");
+  ASSERT_EQ(groups.exit_code, 0) << groups.output;
+  int partitions = 0;
+  long long end_total = 0;
+  std::istringstream rows(groups.output);
+  for (std::string row; std::getline(rows, row);) {
+    std::istringstream cols(row);
+    std::string group, topic, partition, current, end, lag;
+    if (!(cols >> group >> topic >> partition >> current >> end >> lag) || topic != "transfers.requests") {
+      continue;
+    }
+    ++partitions;
+    EXPECT_EQ(current, end) << row;
+    EXPECT_EQ(lag, "0") << row;
+    end_total += std::stoll(end);
+  }
+  EXPECT_EQ(partitions, 3) << groups.output;
+  EXPECT_EQ(end_total, static_cast<long long>(transfers.size())) << groups.output;
+
+  cluster.expect_outcomes(transfers);
+  cluster.expect_balances(transfers);
+  cluster.expect_audit_passes();
+}
+
+}  // namespace
+}  // namespace sagapool::test
