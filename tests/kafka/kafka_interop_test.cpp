@@ -102,5 +102,35 @@ TEST(KafkaInterop, ConsoleToolsAndKcatTalkToTheWorkers) {
   cluster.expect_audit_passes();
 }
 
+// A second client library (confluent-kafka for Python, installed by ./dev
+// into the build folder) publishes requests and reads their outcomes.
+TEST(KafkaInterop, ASecondClientLibraryPublishesAndReadsOutcomes) {
+  const std::filesystem::path python = SAGA_PYTHON;
+  ASSERT_TRUE(std::filesystem::exists(python))
+      << python << " is missing: ./dev build installs confluent-kafka there";
+  LedgerCluster cluster(1, 20,
+                        {.partitions = 3,
+                         .brokers = 1,
+                         .real_kafka = true,
+                         .backend = LedgerCluster::Backend::sqlite});
+  const std::vector<PlannedTransfer> transfers = cluster.plan(300, 42);
+  const std::filesystem::path requests = cluster.log_of("by-python");  // key|value lines
+  {
+    std::ofstream out(requests);
+    for (const auto& t : transfers) out << t.from << '|' << LedgerCluster::request(t) << '\n';
+  }
+  std::vector<Process> workers;
+  workers.push_back(cluster.start_worker("w0"));
+  const RunResult client =
+      run({python.string(), std::string(SAGA_SOURCE_DIR) + "/tests/kafka/confluent_client.py",
+           cluster.bootstrap(), requests.string()},
+          {}, 240s);
+  EXPECT_EQ(client.exit_code, 0) << client.output;
+  ASSERT_TRUE(cluster.wait_finished(transfers.size(), 60s));
+  EXPECT_EQ(workers[0].stop(30s), 0) << read_file(cluster.log_of("w0"));
+  cluster.expect_outcomes(transfers);
+  cluster.expect_audit_passes();
+}
+
 }  // namespace
 }  // namespace sagapool::test
