@@ -54,6 +54,8 @@ class LedgerCluster {
     // Real Apache Kafka (tools/kafka/kafka.sh): topics with replication
     // min(3, brokers) and min.insync.replicas min(2, brokers).
     bool real_kafka = false;
+    // Real Kafka only: more configs of transfers.dlq (max.message.bytes, ...).
+    std::vector<std::pair<std::string, std::string>> dlq_configs;
     Backend backend = Backend::postgresql;  // SQLite: one shard
   };
 
@@ -64,9 +66,13 @@ class LedgerCluster {
       bootstrap_ = kafka_->bootstrap();
       const int replication = std::min(3, options.brokers);
       const std::string min_insync = std::to_string(std::min(2, options.brokers));
-      for (const char* topic : {"transfers.requests", "transfers.results", "transfers.dlq"}) {
-        kafka_->create_topic(topic, options.partitions, replication,
-                             {{"min.insync.replicas", min_insync}});
+      for (const std::string topic : {"transfers.requests", "transfers.results", "transfers.dlq"}) {
+        std::vector<std::pair<std::string, std::string>> configs = {
+            {"min.insync.replicas", min_insync}};
+        if (topic == "transfers.dlq") {
+          configs.insert(configs.end(), options.dlq_configs.begin(), options.dlq_configs.end());
+        }
+        kafka_->create_topic(topic, options.partitions, replication, configs);
       }
     } else {
       broker_ = std::make_unique<Broker>(Broker::start(dir_, options.partitions, options.brokers));
