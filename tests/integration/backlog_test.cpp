@@ -56,7 +56,7 @@ void full_batches(int shards, Backend backend) {
   const auto transfers = cluster.plan(30'000, 19);
   std::vector<std::pair<std::string, std::string>> messages;
   for (const auto& t : transfers) messages.emplace_back(t.from, LedgerCluster::request(t));
-  produce(cluster.broker().bootstrap(), "transfers.requests", messages);
+  produce(cluster.bootstrap(), "transfers.requests", messages);
   std::vector<Process> workers;
   workers.push_back(cluster.start_worker("w0", "", {"--batch-size", "10000", "--lease", "60s"}));
   expect_all_done(cluster, transfers, workers, 240s);
@@ -75,7 +75,7 @@ TEST(Backlog, FullBatchesOnTwoPostgresShards) { full_batches(2, Backend::postgre
 // reports arrive together and are marked in one store call per worker.
 TEST(Backlog, OutcomesHeldUpByABrokerOutage) {
   constexpr int kPartitions = 6;
-  LedgerCluster cluster(2, 2000, {.partitions = kPartitions, .brokers = 2});
+  LedgerCluster cluster(2, 2000, {.partitions = kPartitions, .brokers = 2, .real_kafka = false});
   Broker& broker = cluster.broker();
   for (int p = 0; p < kPartitions; ++p) {
     broker.control("leader transfers.requests " + std::to_string(p) + " 1");

@@ -33,7 +33,7 @@ std::string request(const std::string& id, const std::string& from, const std::s
 class FailpointTest : public ::testing::Test {
  protected:
   void open_ledger(std::size_t stores) {
-    broker_ = std::make_unique<Broker>(Broker::start(dir_, 2));
+    broker_ = std::make_unique<Broker>(Broker::kafka(dir_, 2));
     for (std::size_t i = 0; i < stores; ++i) {
       store_args_.push_back("--store");
       store_args_.push_back("sqlite:" + (dir_ / ("ledger" + std::to_string(i) + ".db")).string());
@@ -74,8 +74,9 @@ class FailpointTest : public ::testing::Test {
     std::vector<std::string> argv = {bin("saga-worker").string(), "--brokers", broker_->bootstrap(), "--group", "g",
                                      "--worker-id", name, "--metrics-addr", "", "--lease", "2s",
                                      "--recovery-interval", "200ms", "--batch-size", "40",
-                                     // A crashed member leaves the group after 3 s, not 10.
-                                     "--kafka-opt", "session.timeout.ms=3000", "--kafka-opt",
+                                     // A crashed member leaves the group after 6 s (the
+                                     // shortest Kafka's group.min.session.timeout.ms allows).
+                                     "--kafka-opt", "session.timeout.ms=6000", "--kafka-opt",
                                      "heartbeat.interval.ms=300"};
     argv.insert(argv.end(), store_args_.begin(), store_args_.end());
     return Process::start(argv, dir_ / (name + ".log"), env);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -50,20 +51,24 @@ class LedgerCluster {
   enum class Backend { postgresql, sqlite };
   struct Options {
     int partitions = 6;
-    int brokers = 1;  // saga-broker's mock brokers, or real Kafka nodes
+    int brokers = 1;  // real Kafka nodes (1 or 3), or saga-broker's mock brokers
     // Real Apache Kafka (tools/kafka/kafka.sh): topics with replication
-    // min(3, brokers) and min.insync.replicas min(2, brokers).
-    bool real_kafka = false;
+    // min(3, brokers) and min.insync.replicas min(2, brokers). false:
+    // saga-broker, for tests that inject faults through its control channel.
+    bool real_kafka = true;
     // Real Kafka only: more configs of transfers.dlq (max.message.bytes, ...).
     std::vector<std::pair<std::string, std::string>> dlq_configs;
+    // Real Kafka only: SASL_SSL and ACLs; the test's own clients are "admin".
+    std::optional<SaslSsl> sasl_ssl;
     Backend backend = Backend::postgresql;  // SQLite: one shard
   };
 
   LedgerCluster(int shards, int accounts) : LedgerCluster(shards, accounts, Options{}) {}
   LedgerCluster(int shards, int accounts, const Options& options) : accounts_(accounts) {
     if (options.real_kafka) {
-      kafka_ = std::make_unique<KafkaCluster>(dir_, options.brokers);
+      kafka_ = std::make_unique<KafkaCluster>(dir_, options.brokers, options.sasl_ssl);
       bootstrap_ = kafka_->bootstrap();
+      client_config_ = kafka_->admin_config();
       const int replication = std::min(3, options.brokers);
       const std::string min_insync = std::to_string(std::min(2, options.brokers));
       for (const std::string topic : {"transfers.requests", "transfers.results", "transfers.dlq"}) {
@@ -110,9 +115,11 @@ class LedgerCluster {
   static std::string account_id(int i) { return "acct-" + std::to_string(i); }
 
   TempDir& dir() { return dir_; }
-  Broker& broker() { return *broker_; }        // saga-broker only
+  Broker& broker() { return *broker_; }        // saga-broker only (real_kafka = false)
   KafkaCluster& kafka() { return *kafka_; }    // real Kafka only
   const std::string& bootstrap() const { return bootstrap_; }
+  // librdkafka settings of the test's own clients (security, if any).
+  const KafkaConfig& client_config() const { return client_config_; }
   Ledger& ledger() { return *ledger_; }
   PgServer& server(std::size_t shard) { return *servers_.at(shard); }
   const std::vector<std::string>& urls() const { return urls_; }
@@ -147,9 +154,11 @@ class LedgerCluster {
       if (flag.starts_with("--") && flag != "--store" && at != argv.end()) argv.erase(at, at + 2);
     }
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return Process::start(argv, log_of(name), env);
+    return Process::start(argv, log_of(name), env, /*die_with_parent=*/true);
   }
   std::filesystem::path log_of(const std::string& worker) const { return dir_ / (worker + ".log"); }
+  // Every worker's and Kafka node's log tail, for a failing test's output.
+  std::string log_tails(std::size_t lines = 40) const { return test::log_tails(dir_.path(), lines); }
 
   // `n` requests: mostly ordinary transfers (many across shards), 3% that
   // overdraw, 3% that name an unknown account (as source or destination).
@@ -205,11 +214,19 @@ class LedgerCluster {
     std::vector<std::pair<std::string, std::string>> messages;
     for (const auto& t : transfers) messages.emplace_back(key == Key::id ? t.id : t.from, request(t));
     return std::thread([this, messages = std::move(messages), chunk, pause] {
-      for (std::size_t i = 0; i < messages.size(); i += chunk) {
-        const auto end = messages.begin() + static_cast<long>(std::min(i + chunk, messages.size()));
-        produce(bootstrap_, "transfers.requests",
-                {messages.begin() + static_cast<long>(i), end});
-        std::this_thread::sleep_for(pause);
+      // As upstream producers should: idempotent, acks from all in-sync
+      // replicas, and patient enough to ride out a whole-cluster restart.
+      std::vector<std::pair<std::string, std::string>> config = {
+          {"enable.idempotence", "true"}, {"acks", "all"}, {"message.timeout.ms", "180000"}};
+      config.insert(config.end(), client_config_.begin(), client_config_.end());
+      try {
+        for (std::size_t i = 0; i < messages.size(); i += chunk) {
+          const auto end = messages.begin() + static_cast<long>(std::min(i + chunk, messages.size()));
+          produce(bootstrap_, "transfers.requests", {messages.begin() + static_cast<long>(i), end}, config);
+          std::this_thread::sleep_for(pause);
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "publishing the requests: " << e.what();
       }
     });
   }
@@ -257,7 +274,8 @@ class LedgerCluster {
     std::map<std::string, std::set<std::string>> seen;
     std::size_t messages = 0;
     for (const Record& r : consume(bootstrap_, "transfers.results", transfers.size(),
-                                   std::chrono::seconds(60))) {
+                                   std::chrono::seconds(60), std::chrono::milliseconds(500),
+                                   client_config_)) {
       const auto j = nlohmann::json::parse(r.value);
       const std::string id = j.at("id").get<std::string>();
       EXPECT_EQ(r.key, id);
@@ -320,6 +338,7 @@ class LedgerCluster {
   std::unique_ptr<Broker> broker_;
   std::unique_ptr<KafkaCluster> kafka_;
   std::string bootstrap_;
+  KafkaConfig client_config_;
   std::vector<std::unique_ptr<PgServer>> servers_;
   std::vector<std::string> urls_;
   std::unique_ptr<Ledger> ledger_;

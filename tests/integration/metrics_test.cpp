@@ -1,4 +1,4 @@
-// saga-worker's HTTP endpoints against saga-broker and a SQLite ledger: the
+// saga-worker's HTTP endpoints against a real Kafka node and a SQLite ledger: the
 // /metrics exposition is clean for `promtool check metrics`, exports every
 // metric of DESIGN.md ("Metrics"), and its values follow the transfers;
 // consumer lag per assigned partition; /livez and /readyz.
@@ -115,7 +115,7 @@ class MetricsTest : public ::testing::Test {
     ASSERT_TRUE(ledger_->init().is_ok());
   }
 
-  void start_broker(int partitions) { broker_ = std::make_unique<Broker>(Broker::start(dir_, partitions)); }
+  void start_broker(int partitions) { broker_ = std::make_unique<Broker>(Broker::kafka(dir_, partitions)); }
 
   void create_account(const std::string& id, std::int64_t balance) {
     Account a;

@@ -1,4 +1,4 @@
-// saga-worker end to end on PostgreSQL: saga-broker, two shards on two
+// saga-worker end to end on PostgreSQL: a real Kafka node, two shards on two
 // throwaway servers, three workers; cross-shard transfers, overdrafts and
 // unknown accounts; the round trips of one batch; and how the programs meet
 // a bad configuration.
@@ -237,7 +237,7 @@ TEST(PostgresConfig, UnreachableServerIsRetriedForConnectTimeoutThenRefused) {
   const std::string url = server.create_database("ledger");
   ASSERT_EQ(run(sagactl_argv({url}, "init")).exit_code, 0);
   TempDir dir("sagapool-pg-late");
-  Broker broker = Broker::start(dir, 2);
+  Broker broker = Broker::kafka(dir, 2);
   server.stop(PgServer::StopMode::fast);
   Process worker = Process::start(
       {bin("saga-worker").string(), "--brokers", broker.bootstrap(), "--group", "g", "--store",

@@ -158,7 +158,7 @@ TEST_F(PostgresFault, StopDuringAnOutageLosesNothing) {
   std::vector<std::pair<std::string, std::string>> messages;
   for (const auto& t : transfers_) messages.emplace_back(t.from, LedgerCluster::request(t));
   for (int i = 0; i < 20; ++i) messages.emplace_back("x", "not json " + std::to_string(i));
-  produce(cluster_.broker().bootstrap(), "transfers.requests", messages);
+  produce(cluster_.bootstrap(), "transfers.requests", messages);
   std::this_thread::sleep_for(3s);  // consumed, dead letters sent, the write retried
   EXPECT_EQ(workers_[0].stop(20s), 0) << read_file(cluster_.log_of("w0"));
 
@@ -172,7 +172,7 @@ TEST_F(PostgresFault, StopDuringAnOutageLosesNothing) {
   // Every invalid request was dead-lettered (some twice: the batch was
   // consumed again).
   std::set<std::string> dead;
-  for (const Record& r : consume(cluster_.broker().bootstrap(), "transfers.dlq", 20, 30s)) {
+  for (const Record& r : consume(cluster_.bootstrap(), "transfers.dlq", 20, 30s)) {
     dead.insert(r.value);
   }
   EXPECT_EQ(dead.size(), 20U);

@@ -305,7 +305,7 @@ TEST(Security, BadMetricsAddressIsAClearError) {
 }
 
 // The ledger and the run both the worker tests use: a throwaway PostgreSQL
-// whose role's password is the secret, and a saga-broker.
+// whose role's password is the secret, and a real Kafka node.
 class SecurityRun : public ::testing::Test {
  protected:
   static constexpr std::int64_t kBalance = 5'550'001;
@@ -317,7 +317,7 @@ class SecurityRun : public ::testing::Test {
     ASSERT_EQ(alter.exit_code, 0) << alter.output;
     url_ = "postgresql://" + pg_->user() + ":" + secret_.value + "@127.0.0.1:" + std::to_string(pg_->port()) +
            "/ledger";
-    broker_ = std::make_unique<Broker>(Broker::start(dir_, 2));
+    broker_ = std::make_unique<Broker>(Broker::kafka(dir_, 2));
     for (int i = 0; i < 4; ++i) accounts_.push_back("sec-acct-" + tag_ + "-" + std::to_string(i));
     ghost_ = "sec-ghost-" + tag_;
   }

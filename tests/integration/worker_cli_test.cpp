@@ -86,7 +86,7 @@ TEST(WorkerCli, SigtermWithTheBrokerGoneStillExits) {
   std::unique_ptr<Ledger> ledger;
   ASSERT_TRUE(Ledger::open({store}, ledger).is_ok());
   ASSERT_TRUE(ledger->init().is_ok());
-  Broker broker = Broker::start(dir, 2);
+  Broker broker = Broker::kafka(dir, 2);
   const int port = free_loopback_port();
   Process w = Process::start({bin("saga-worker").string(), "--brokers", broker.bootstrap(), "--group",
                               "g", "--store", store, "--drain-timeout", "2s", "--metrics-addr",
@@ -111,8 +111,7 @@ TEST(WorkerCli, SigtermWithTheBrokerGoneStillExits) {
       },
       30s))
       << read_file(dir / "worker.log");
-  broker.process().signal(SIGKILL);
-  ASSERT_TRUE(broker.process().wait(10s).has_value());
+  broker.kill();
   const auto sent = std::chrono::steady_clock::now();
   w.signal(SIGTERM);
   const std::optional<int> code = w.wait(40s);
@@ -186,7 +185,7 @@ TEST(WorkerCli, SeveralStoresThroughSagaStoreOneALine) {
   EXPECT_NE(ordered.output.find("no Kafka broker answered"), std::string::npos) << ordered.output;
 
   // Against a broker: the worker starts on the two stores.
-  Broker broker = Broker::start(dir, 2);
+  Broker broker = Broker::kafka(dir, 2);
   const int port = free_loopback_port();
   Process w = Process::start({bin("saga-worker").string(), "--brokers", broker.bootstrap(), "--group", "g",
                               "--drain-timeout", "2s", "--metrics-addr", "127.0.0.1:" + std::to_string(port)},

@@ -1,4 +1,4 @@
-// saga-worker end to end against saga-broker and a SQLite ledger: every
+// saga-worker end to end against a real Kafka node and a SQLite ledger: every
 // outcome path, dead letters with their headers, and a SIGKILL mid-run.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -25,7 +25,9 @@ using json = nlohmann::json;
 class WorkerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    broker_ = std::make_unique<Broker>(Broker::start(dir_, 4));
+    // Requests up to 2 MB reach the worker: more than its producer may send
+    // to the dead-letter topic whole.
+    broker_ = std::make_unique<Broker>(Broker::kafka(dir_, 4, {{"max.message.bytes", "2000000"}}));
     ASSERT_TRUE(Ledger::open({store_url_}, ledger_).is_ok());
     ASSERT_TRUE(ledger_->init().is_ok());
   }

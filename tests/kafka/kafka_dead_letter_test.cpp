@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <iostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,12 @@ TEST(KafkaDeadLetter, RefusedByTheTopicAsTooLargeIsSentTruncated) {
                          .real_kafka = true,
                          .dlq_configs = {{"max.message.bytes", "200000"}},
                          .backend = LedgerCluster::Backend::sqlite});
+  struct LogsOnFailure {
+    const LedgerCluster& cluster;
+    ~LogsOnFailure() {
+      if (::testing::Test::HasFailure()) std::cout << cluster.log_tails();
+    }
+  } logs_on_failure{cluster};
   const std::vector<PlannedTransfer> transfers = cluster.plan(2, 7);
   // Letters that do not compress much: the worker's producer compresses
   // (lz4), and the broker checks the compressed size.

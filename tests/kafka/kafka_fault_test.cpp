@@ -63,6 +63,7 @@ class KafkaFault : public ::testing::Test {
 
   void TearDown() override {
     if (producer_.joinable()) producer_.join();
+    if (HasFailure()) std::cout << cluster_.log_tails();
   }
 
   LedgerCluster cluster_{1, 200,

@@ -2,7 +2,8 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include <atomic>
+#include <signal.h>
+
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -17,7 +18,8 @@ struct RkDeleter {
 using Rk = std::unique_ptr<rd_kafka_t, RkDeleter>;
 
 Rk make_client(rd_kafka_type_t type, const std::vector<std::pair<std::string, std::string>>& props,
-               void (*dr)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr) {
+               void (*dr)(rd_kafka_t*, const rd_kafka_message_t*, void*) = nullptr,
+               void* opaque = nullptr) {
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   char err[512];
   for (const auto& [k, v] : props) {
@@ -27,6 +29,7 @@ Rk make_client(rd_kafka_type_t type, const std::vector<std::pair<std::string, st
     }
   }
   if (dr) rd_kafka_conf_set_dr_msg_cb(conf, dr);
+  if (opaque) rd_kafka_conf_set_opaque(conf, opaque);
   rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof err);
   if (!rk) {
     rd_kafka_conf_destroy(conf);
@@ -41,12 +44,31 @@ std::size_t count_occurrences(const std::string& haystack, const std::string& ne
   return n;
 }
 
-std::atomic<int> g_failed{0};
-void count_failures(rd_kafka_t*, const rd_kafka_message_t* m, void*) {
-  if (m->err) ++g_failed;
+// Delivery reports run on the thread that polls: the count is its caller's.
+void count_failures(rd_kafka_t*, const rd_kafka_message_t* m, void* failed) {
+  if (m->err) ++*static_cast<int*>(failed);
 }
 
 }  // namespace
+
+Broker Broker::kafka(const TempDir& dir, int partitions,
+                     const std::vector<std::pair<std::string, std::string>>& requests_configs) {
+  Broker b;
+  b.kafka_ = std::make_unique<KafkaCluster>(dir, 1);
+  b.kafka_->create_topic("transfers.requests", partitions, 1, requests_configs);
+  for (const char* topic : {"transfers.results", "transfers.dlq"}) b.kafka_->create_topic(topic, partitions, 1);
+  b.bootstrap_ = b.kafka_->bootstrap();
+  return b;
+}
+
+void Broker::kill() {
+  if (kafka_) {
+    kafka_->kill(1);
+    return;
+  }
+  process_.signal(SIGKILL);
+  (void)process_.wait(std::chrono::seconds(10));
+}
 
 Broker Broker::start(const TempDir& dir, int partitions, int brokers) {
   Broker b;
@@ -56,7 +78,7 @@ Broker Broker::start(const TempDir& dir, int partitions, int brokers) {
   b.process_ = Process::start({bin("saga-broker").string(), "--partitions", std::to_string(partitions),
                                "--brokers", std::to_string(brokers), "--bootstrap-file", file.string(),
                                "--control-fifo", b.control_.string()},
-                              b.log_);
+                              b.log_, {}, /*die_with_parent=*/true);
   if (!eventually([&] { return !read_file(file).empty() && std::filesystem::exists(b.control_); },
                   std::chrono::seconds(20))) {
     throw std::runtime_error("saga-broker did not start: " + read_file(dir / "broker.log"));
@@ -69,6 +91,7 @@ Broker Broker::start(const TempDir& dir, int partitions, int brokers) {
 }
 
 void Broker::control(const std::string& command) {
+  if (kafka_) throw std::logic_error("control('" + command + "'): a real Kafka has no control channel");
   const std::string logged = "control: " + command + " -> ";
   const std::size_t seen = count_occurrences(read_file(log_), logged);
   {
@@ -89,11 +112,16 @@ void Broker::control(const std::string& command) {
 void produce(const std::string& brokers, const std::string& topic,
              const std::vector<std::pair<std::string, std::string>>& messages,
              const std::vector<std::pair<std::string, std::string>>& config) {
-  g_failed = 0;
-  std::vector<std::pair<std::string, std::string>> props = {{"bootstrap.servers", brokers},
-                                                            {"linger.ms", "1"}};
+  int failed = 0;
+  std::vector<std::pair<std::string, std::string>> props = {
+      {"bootstrap.servers", brokers}, {"linger.ms", "1"}, {"message.timeout.ms", "30000"}};
   props.insert(props.end(), config.begin(), config.end());
-  Rk rk = make_client(RD_KAFKA_PRODUCER, props, &count_failures);
+  // Every message is delivered or has failed once its delivery timeout passed.
+  long long timeout_ms = 0;
+  for (const auto& [k, v] : props) {
+    if (k == "message.timeout.ms") timeout_ms = std::stoll(v);
+  }
+  Rk rk = make_client(RD_KAFKA_PRODUCER, props, &count_failures, &failed);
   for (const auto& [key, value] : messages) {
     const rd_kafka_resp_err_t err = rd_kafka_producev(
         rk.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
@@ -103,18 +131,23 @@ void produce(const std::string& brokers, const std::string& topic,
     if (err) throw std::runtime_error(std::string("produce: ") + rd_kafka_err2str(err));
     rd_kafka_poll(rk.get(), 0);
   }
-  if (rd_kafka_flush(rk.get(), 30'000) != RD_KAFKA_RESP_ERR_NO_ERROR || g_failed > 0) {
+  if (rd_kafka_flush(rk.get(), static_cast<int>(timeout_ms) + 5'000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      failed > 0) {
     throw std::runtime_error("produce: not every message was delivered");
   }
 }
 
 std::vector<Record> consume(const std::string& brokers, const std::string& topic, std::size_t at_least,
-                            std::chrono::milliseconds timeout, std::chrono::milliseconds settle) {
+                            std::chrono::milliseconds timeout, std::chrono::milliseconds settle,
+                            const std::vector<std::pair<std::string, std::string>>& config) {
   std::random_device rd;
-  Rk rk = make_client(RD_KAFKA_CONSUMER, {{"bootstrap.servers", brokers},
-                                          {"group.id", "test-reader-" + std::to_string(rd())},
-                                          {"auto.offset.reset", "earliest"},
-                                          {"enable.auto.commit", "false"}});
+  std::vector<std::pair<std::string, std::string>> props = {
+      {"bootstrap.servers", brokers},
+      {"group.id", "test-reader-" + std::to_string(rd())},
+      {"auto.offset.reset", "earliest"},
+      {"enable.auto.commit", "false"}};
+  props.insert(props.end(), config.begin(), config.end());
+  Rk rk = make_client(RD_KAFKA_CONSUMER, props);
   rd_kafka_poll_set_consumer(rk.get());
   rd_kafka_topic_partition_list_t* topics = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(topics, topic.c_str(), RD_KAFKA_PARTITION_UA);

@@ -1,11 +1,14 @@
 #pragma once
 // Small Kafka clients for tests: produce raw bytes, read a whole topic, and
-// start/stop a saga-broker.
+// start/stop a broker: a real one-node Apache Kafka, or saga-broker where a
+// test needs its fault injection.
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kafka_cluster.hpp"
 #include "process.hpp"
 
 namespace sagapool::test {
@@ -18,20 +21,29 @@ struct Record {
   long long offset = -1;
 };
 
-// A running saga-broker; stopped (SIGTERM) when destroyed.
+// A running broker for a test; stopped when destroyed.
 class Broker {
  public:
-  // `brokers` mock brokers (ids 1..N); the control channel is always open.
+  // A real Apache Kafka node (tools/kafka/kafka.sh) with transfers.requests,
+  // .results and .dlq of `partitions` partitions each: what tests use unless
+  // they inject broker faults. `requests_configs`: topic configs of
+  // transfers.requests (max.message.bytes, ...).
+  static Broker kafka(const TempDir& dir, int partitions = 4,
+                      const std::vector<std::pair<std::string, std::string>>& requests_configs = {});
+  // saga-broker, librdkafka's mock cluster: `brokers` mock brokers (ids
+  // 1..N), topics made on first use, and the control channel for faults.
   static Broker start(const TempDir& dir, int partitions = 4, int brokers = 1);
   const std::string& bootstrap() const { return bootstrap_; }
-  Process& process() { return process_; }
+  // SIGKILL the broker (the Kafka node, or saga-broker) and wait for it.
+  void kill();
   // One fault-injection command (`saga-broker --control-fifo`), e.g.
   // "down 2"; returns once the broker logged that it carried it out, and
   // throws if it refused it.
   void control(const std::string& command);
 
  private:
-  Process process_;
+  std::unique_ptr<KafkaCluster> kafka_;  // real Kafka
+  Process process_;                      // saga-broker
   std::string bootstrap_;
   std::filesystem::path control_;
   std::filesystem::path log_;
@@ -45,8 +57,10 @@ void produce(const std::string& brokers, const std::string& topic,
 
 // Reads `topic` from the beginning until `at_least` records arrived or
 // `timeout` passed, then keeps reading for `settle` to catch extras.
+// `config`: more librdkafka consumer properties (security, ...).
 std::vector<Record> consume(const std::string& brokers, const std::string& topic,
                             std::size_t at_least, std::chrono::milliseconds timeout,
-                            std::chrono::milliseconds settle = std::chrono::milliseconds(500));
+                            std::chrono::milliseconds settle = std::chrono::milliseconds(500),
+                            const std::vector<std::pair<std::string, std::string>>& config = {});
 
 }  // namespace sagapool::test

@@ -6,6 +6,7 @@
 // process, even when it is killed.
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,17 +15,30 @@
 
 namespace sagapool::test {
 
+using KafkaConfig = std::vector<std::pair<std::string, std::string>>;
+
+// SASL_SSL with SCRAM-SHA-512 over TLS (a CA and broker certificate the
+// launcher makes with openssl) and ACLs enforced: `users` (name, password)
+// exist besides the super user "admin", and may do nothing until granted.
+struct SaslSsl {
+  std::vector<std::pair<std::string, std::string>> users;
+};
+
 class KafkaCluster {
  public:
   // Formats and starts `nodes` nodes under `dir`, and waits until each is a
   // live broker in the cluster's metadata. Throws with the launcher's or a
   // node's log tail if that does not happen in time.
-  KafkaCluster(const TempDir& dir, int nodes);
+  KafkaCluster(const TempDir& dir, int nodes, std::optional<SaslSsl> sasl_ssl = std::nullopt);
   ~KafkaCluster();
   KafkaCluster(const KafkaCluster&) = delete;
   KafkaCluster& operator=(const KafkaCluster&) = delete;
 
   const std::string& bootstrap() const { return bootstrap_; }
+  // librdkafka settings of the super user (SASL_SSL), or none (PLAINTEXT).
+  const KafkaConfig& admin_config() const { return admin_config_; }
+  // SASL_SSL: the CA that signed the brokers' certificate.
+  std::filesystem::path ca() const { return dir_ / "tls/ca.pem"; }
   int nodes() const { return static_cast<int>(nodes_.size()); }
 
   // Node ids are 1..nodes().
@@ -39,6 +53,15 @@ class KafkaCluster {
   // waits until every partition has a leader.
   void create_topic(const std::string& name, int partitions, int replication,
                     const std::vector<std::pair<std::string, std::string>>& configs = {});
+  // SASL_SSL: allows `principal` ("User:NAME") each (resource type, name,
+  // operation), e.g. {RD_KAFKA_RESOURCE_TOPIC, "transfers.requests",
+  // RD_KAFKA_ACL_OPERATION_READ}.
+  struct Grant {
+    int resource_type;
+    std::string name;
+    int operation;
+  };
+  void allow(const std::string& principal, const std::vector<Grant>& grants);
   // The node that leads `topic`/`partition` now (-1: none).
   int leader_of(const std::string& topic, int partition) const;
   // How many brokers the metadata lists as live.
@@ -52,6 +75,7 @@ class KafkaCluster {
 
   std::filesystem::path dir_;
   std::string bootstrap_;
+  KafkaConfig admin_config_;
   std::vector<Process> nodes_;
 };
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -189,6 +190,30 @@ std::string read_file(const std::filesystem::path& p) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string last_lines(const std::string& text, std::size_t lines) {
+  std::size_t at = text.size();
+  for (std::size_t n = 0; n <= lines && at != std::string::npos && at > 0; ++n) {
+    at = text.rfind('\n', at - 1);
+  }
+  return at == std::string::npos ? text : text.substr(at + 1);
+}
+
+std::string log_tails(const std::filesystem::path& dir, std::size_t lines) {
+  std::vector<std::filesystem::path> logs;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->path().extension() == ".log") logs.push_back(it->path());
+  }
+  std::sort(logs.begin(), logs.end());
+  std::string out;
+  for (const auto& log : logs) {
+    out += "--- " + std::filesystem::relative(log, dir).string() + "\n" +
+           last_lines(read_file(log), lines) + "\n";
+  }
+  return out;
 }
 
 }  // namespace sagapool::test

@@ -71,6 +71,13 @@ int free_loopback_port();
 // Reads a whole file ("" if missing).
 std::string read_file(const std::filesystem::path& p);
 
+// The last `lines` lines of `text`, for failure messages.
+std::string last_lines(const std::string& text, std::size_t lines);
+
+// The last `lines` lines of every *.log file under `dir`, each headed by its
+// path: what a test prints when it fails, so a CI log says why.
+std::string log_tails(const std::filesystem::path& dir, std::size_t lines);
+
 // n random hex digits (names, passwords and markers for tests).
 std::string random_hex(std::size_t n);
 

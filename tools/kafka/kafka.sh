@@ -2,12 +2,14 @@
 # A real Apache Kafka for the demo, the tests and users: KRaft nodes, each a
 # broker and a controller, on loopback ports.
 #   kafka.sh fetch                           the pinned jars from Maven Central (once)
-#   kafka.sh run [--brokers 1|3] [--dir D]   start, wait until ready, print the
+#   kafka.sh run [--brokers 1|3] [--dir D] [--security sasl_ssl --users FILE]
+#                                            start, wait until ready, print the
 #                                            bootstrap servers, stop everything on exit
 #   kafka.sh topics --bootstrap B [--partitions P] [--replication R] NAME...
 #                                            create topics if missing
 #   kafka.sh tool CLASS [ARGS...]            one of Kafka's own tools (console producer, ...)
-#   kafka.sh configure --brokers N --dir D   format N nodes (what run and the tests use)
+#   kafka.sh configure --brokers N --dir D [--security sasl_ssl --users FILE]
+#                                            format N nodes (what run and the tests use)
 #   kafka.sh node --dir D --node I           run one configured node in the foreground
 # The jars live in $SAGA_KAFKA_HOME (default ~/.cache/sagapool/kafka-3.9.1).
 set -euo pipefail
@@ -35,32 +37,63 @@ cmd_fetch() {
 # --- configure: format N KRaft nodes under DIR, print the bootstrap servers
 # --brokers N and --dir D of configure and run, into $nodes and $dir.
 parse_cluster_args() {
-  nodes=1 dir=""
+  nodes=1 dir="" security=plaintext users=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --brokers) nodes="${2:?--brokers needs 1 or 3}"; shift 2 ;;
       --dir) dir="${2:?--dir needs a folder}"; shift 2 ;;
-      *) die "unknown argument '$1' (expected --brokers 1|3, --dir DIR)" ;;
+      --security) security="${2:?--security needs plaintext or sasl_ssl}"; shift 2 ;;
+      --users) users="${2:?--users needs a file of 'name password' lines}"; shift 2 ;;
+      *) die "unknown argument '$1' (expected --brokers 1|3, --dir DIR, --security plaintext|sasl_ssl, --users FILE)" ;;
     esac
   done
   case "$nodes" in 1|3) ;; *) die "--brokers must be 1 or 3 (a KRaft quorum of 2 survives nothing)" ;; esac
+  case "$security" in plaintext|sasl_ssl) ;; *) die "--security must be plaintext or sasl_ssl" ;; esac
+  [ -z "$users" ] || [ -r "$users" ] || die "--users: cannot read '$users'"
+}
+
+# --- TLS for sasl_ssl: a CA and one broker certificate (every node listens
+# on 127.0.0.1), made with openssl under DIR/tls. Clients trust DIR/tls/ca.pem.
+make_tls() {
+  local tls="$1/tls"
+  mkdir -p "$tls"
+  {
+    openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=sagapool test CA" \
+      -keyout "$tls/ca.key" -out "$tls/ca.pem"
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+      -keyout "$tls/broker.key" -out "$tls/broker.csr"
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$tls/san.ext"
+    openssl x509 -req -days 30 -in "$tls/broker.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
+      -CAcreateserial -extfile "$tls/san.ext" -out "$tls/broker.pem"
+  } >"$tls/openssl.log" 2>&1 || die "openssl failed: $(tail -3 "$tls/openssl.log")"
+  # Kafka's PEM key store: the (PKCS#8, unencrypted) key, then the certificate.
+  cat "$tls/broker.key" "$tls/broker.pem" >"$tls/broker.keystore.pem"
+  chmod 600 "$tls"/*.key "$tls/broker.keystore.pem"
 }
 
 cmd_configure() {
-  local nodes dir
+  local nodes dir security users
   parse_cluster_args "$@"
   [ -n "$dir" ] || die "configure: --dir is required"
   local jars; jars="$(jar_dir)"
   [ -f "$jars/.complete" ] || die "Kafka's jars are missing: run 'tools/kafka/kafka.sh fetch' first"
   mkdir -p "$dir"
-  # 2 ports a node (clients, controller), bound and released at once: the
-  # node binds them a few seconds later; a clash shows as a failed start.
+  # 2 ports a node (clients, controller), checked free and released at once;
+  # the node binds them a few seconds later. They are picked below the
+  # kernel's ephemeral range, so no client's outgoing connection (say, a
+  # worker reconnecting while the whole cluster restarts) can take one.
   local ports
   read -r -a ports <<<"$(python3 - "$((2 * nodes))" <<'PY'
-import socket, sys
+import random, socket, sys
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
 held = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); held.append(s)
+while len(held) < int(sys.argv[1]):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randrange(10000, low) if low > 11000 else 0))
+        held.append(s)
+    except OSError:
+        s.close()
 print(" ".join(str(s.getsockname()[1]) for s in held))
 PY
 )"
@@ -70,6 +103,48 @@ PY
     bootstrap+="${bootstrap:+,}127.0.0.1:${ports[$((2 * i - 2))]}"
   done
   local rf=$((nodes < 3 ? nodes : 3)) isr=$((nodes < 2 ? nodes : 2))
+  # sasl_ssl: clients and brokers meet on SASL_SSL with SCRAM-SHA-512, ACLs
+  # are enforced, and "admin" (password in DIR/admin.*) is the super user.
+  local listener=PLAINTEXT security_props="" scram=() admin_password=""
+  if [ "$security" = sasl_ssl ]; then
+    listener=SASL_SSL
+    make_tls "$dir"
+    admin_password="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+    scram+=(--add-scram "SCRAM-SHA-512=[name=admin,password=$admin_password]")
+    if [ -n "$users" ]; then
+      local name password
+      while read -r name password; do
+        [ -n "$name" ] && scram+=(--add-scram "SCRAM-SHA-512=[name=$name,password=$password]")
+      done <"$users"
+    fi
+    # The controller listener stays PLAINTEXT on loopback: brokers reach the
+    # controllers there as User:ANONYMOUS, hence its place in super.users.
+    security_props="sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$admin_password\";
+ssl.keystore.type=PEM
+ssl.keystore.location=$dir/tls/broker.keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$dir/tls/ca.pem
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:admin;User:ANONYMOUS"
+    cat >"$dir/admin.properties" <<ADMIN
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$admin_password";
+ssl.truststore.type=PEM
+ssl.truststore.location=$dir/tls/ca.pem
+ADMIN
+    cat >"$dir/admin.librdkafka" <<ADMIN
+security.protocol=SASL_SSL
+sasl.mechanisms=SCRAM-SHA-512
+sasl.username=admin
+sasl.password=$admin_password
+ssl.ca.location=$dir/tls/ca.pem
+ADMIN
+    chmod 600 "$dir/admin.properties" "$dir/admin.librdkafka"
+  fi
+  # A random cluster id; one in 64 starts with '-', hence --cluster-id=ID.
   local cluster_id
   cluster_id="$(python3 -c 'import uuid, base64; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
   cat >"$dir/log4j.properties" <<'L4J'
@@ -88,11 +163,12 @@ L4J
 process.roles=broker,controller
 node.id=$i
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:${ports[$((2 * i - 2))]},CONTROLLER://127.0.0.1:${ports[$((2 * i - 1))]}
-advertised.listeners=PLAINTEXT://127.0.0.1:${ports[$((2 * i - 2))]}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=$listener://127.0.0.1:${ports[$((2 * i - 2))]},CONTROLLER://127.0.0.1:${ports[$((2 * i - 1))]}
+advertised.listeners=$listener://127.0.0.1:${ports[$((2 * i - 2))]}
+listener.security.protocol.map=$listener:$listener,CONTROLLER:PLAINTEXT
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
+inter.broker.listener.name=$listener
+$security_props
 log.dirs=$node_dir/data
 # Topics are created on purpose, with their replication (docs/kafka.md).
 auto.create.topics.enable=false
@@ -105,7 +181,7 @@ transaction.state.log.min.isr=$isr
 group.initial.rebalance.delay.ms=0
 PROPS
     java -cp "$jars/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.tools.StorageTool \
-      format -t "$cluster_id" -c "$node_dir/server.properties" --ignore-formatted >"$node_dir/format.log" 2>&1 \
+      format --cluster-id="$cluster_id" -c "$node_dir/server.properties" --ignore-formatted "${scram[@]}" >"$node_dir/format.log" 2>&1 \
       || die "formatting node $i failed: $(tail -5 "$node_dir/format.log")"
   done
   echo "$bootstrap" >"$dir/bootstrap"
@@ -165,7 +241,7 @@ cmd_tool() {
 
 # --- run: configure, start every node as a child, wait, serve until a signal
 cmd_run() {
-  local nodes dir
+  local nodes dir security users
   parse_cluster_args "$@"
   local own_dir=""
   if [ -z "$dir" ]; then
@@ -173,7 +249,9 @@ cmd_run() {
     own_dir="$dir"
   fi
   cmd_fetch
-  cmd_configure --brokers "$nodes" --dir "$dir" >/dev/null
+  cmd_configure --brokers "$nodes" --dir "$dir" --security "$security" ${users:+--users "$users"} >/dev/null
+  local kcat_conf=()
+  [ "$security" = plaintext ] || kcat_conf=(-F "$dir/admin.librdkafka")
   local i
   stop_all() {
     trap - EXIT INT TERM
@@ -211,7 +289,7 @@ cmd_run() {
   local bootstrap; bootstrap="$(cat "$dir/bootstrap")"
   local live=0
   for _ in $(seq 1 120); do
-    live="$(kcat -b "$bootstrap" -L -m 2 2>/dev/null | grep -c '^  broker [0-9]* at' || true)"
+    live="$(kcat "${kcat_conf[@]}" -b "$bootstrap" -L -m 2 2>/dev/null | grep -c '^  broker [0-9]* at' || true)"
     [ "$live" = "$nodes" ] && break
     sleep 1
   done
@@ -220,6 +298,7 @@ cmd_run() {
     die "$live of $nodes brokers live after 120 s"
   fi
   echo "bootstrap: $bootstrap"
+  [ "$security" = plaintext ] || echo "security: SASL_SSL, SCRAM-SHA-512; CA $dir/tls/ca.pem; super user's client settings $dir/admin.librdkafka (librdkafka) and $dir/admin.properties (Kafka's tools)"
   wait
 }
 
