@@ -286,12 +286,21 @@ int main(int argc, char** argv) {
   sagapool::TransferProducerOptions popts;
   popts.brokers = o.brokers;
   popts.topic = o.topic;
-  popts.kafka_opts = std::move(*kafka_opts);
+  popts.kafka_opts = *kafka_opts;
   std::unique_ptr<sagapool::TransferProducer> producer;
   if (Status s = sagapool::TransferProducer::create(std::move(popts), producer); !s) {
     std::cerr << prog << ": " << s.message() << '\n';
     return 2;
   }
+  // One clear line, before anything is sent, when no broker answers, the
+  // credentials or the CA are wrong, or the topic is missing or hidden.
+  if (Status s = sagapool::check_kafka(o.brokers, *kafka_opts, {o.topic},
+                                       std::chrono::milliseconds(message_timeout_ms));
+      !s) {
+    std::cerr << prog << ": " << s.message() << '\n';
+    return 3;
+  }
+
 
   const auto start = Clock::now();
   Progress progress(o.generate, start);

@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <chrono>
+#include <mutex>
+#include <thread>
 
 namespace sagapool {
 
@@ -187,6 +190,83 @@ void error_cb(rd_kafka_t* rk, int err, const char* reason, void* /*opaque*/) {
 void install_log_callbacks(rd_kafka_conf_t& conf) {
   rd_kafka_conf_set_log_cb(&conf, log_cb);
   rd_kafka_conf_set_error_cb(&conf, error_cb);
+}
+
+// ---- Start-up check ---------------------------------------------------------
+
+namespace {
+
+// What librdkafka's error callback reported while check_kafka waited.
+struct StartupErrors {
+  std::mutex mu;
+  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  std::string reason;
+};
+
+void record_error(rd_kafka_t*, int err, const char* reason, void* opaque) {
+  if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) return;  // the reason before it says more
+  auto& e = *static_cast<StartupErrors*>(opaque);
+  std::lock_guard lock(e.mu);
+  e.err = static_cast<rd_kafka_resp_err_t>(err);
+  e.reason = reason;
+}
+
+}  // namespace
+
+Status check_kafka(const std::string& brokers, const std::vector<KeyValue>& kafka_opts,
+                   const std::vector<std::string>& topics, std::chrono::milliseconds timeout) {
+  std::vector<KeyValue> opts = {{"bootstrap.servers", brokers}, {"log_level", "0"}};
+  opts.insert(opts.end(), kafka_opts.begin(), kafka_opts.end());
+  ConfPtr conf;
+  if (Status s = make_conf(opts, conf); !s) return s;
+  install_log_callbacks(*conf);  // a `debug` option would otherwise print raw lines
+  StartupErrors errors;
+  rd_kafka_conf_set_error_cb(conf.get(), record_error);
+  rd_kafka_conf_set_opaque(conf.get(), &errors);
+  std::array<char, 512> err{};
+  KafkaHandle rk(rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err.data(), err.size()));
+  if (!rk) return Status::fatal(std::string("cannot create Kafka client: ") + err.data());
+  (void)conf.release();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string missing;
+  rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR__TIMED_OUT;
+  do {
+    const struct rd_kafka_metadata* md = nullptr;
+    e = rd_kafka_metadata(rk.get(), 1, nullptr, &md, 500);
+    rd_kafka_poll(rk.get(), 0);  // serves the error callback
+    if (!e) {
+      // All topics: the brokers list only those this principal may Describe.
+      missing.clear();
+      for (const std::string& topic : topics) {
+        bool seen = false;
+        for (int i = 0; i < md->topic_cnt && !seen; ++i) {
+          seen = topic == md->topics[i].topic && !md->topics[i].err;
+        }
+        if (!seen) missing += (missing.empty() ? "" : ", ") + topic;
+      }
+      rd_kafka_metadata_destroy(md);
+      if (missing.empty()) return Status::ok();
+    }
+    {
+      std::lock_guard lock(errors.mu);
+      if (errors.err == RD_KAFKA_RESP_ERR__AUTHENTICATION || errors.err == RD_KAFKA_RESP_ERR__SSL) {
+        return Status::fatal("Kafka at " + brokers + " refused the connection: " + errors.reason);
+      }
+    }
+    if (!e) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  } while (std::chrono::steady_clock::now() < deadline);
+  const std::string secs = std::to_string(timeout.count() / 1000) + "s";
+  if (!e) {
+    return Status::fatal("Kafka topic(s) " + missing + " not found within " + secs +
+                         ": they do not exist, or this principal may not Describe them (create "
+                         "them, or grant the ACLs: docs/kafka.md)");
+  }
+  std::string why = rd_kafka_err2str(e);
+  {
+    std::lock_guard lock(errors.mu);
+    if (!errors.reason.empty()) why = errors.reason;
+  }
+  return Status::fatal("no Kafka broker answered at " + brokers + " within " + secs + ": " + why);
 }
 
 // ---- Producer -------------------------------------------------------------

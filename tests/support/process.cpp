@@ -197,7 +197,7 @@ std::string last_lines(const std::string& text, std::size_t lines) {
   for (std::size_t n = 0; n <= lines && at != std::string::npos && at > 0; ++n) {
     at = text.rfind('\n', at - 1);
   }
-  return at == std::string::npos ? text : text.substr(at + 1);
+  return at == std::string::npos || at >= text.size() ? text : text.substr(at + 1);
 }
 
 std::string log_tails(const std::filesystem::path& dir, std::size_t lines) {

@@ -48,6 +48,8 @@ Status Consumer::create(const ConsumerOptions& options, std::unique_ptr<Consumer
   install_log_callbacks(*conf);
   if (stats) rd_kafka_conf_set_stats_cb(conf.get(), &Consumer::stats_cb);
   auto consumer = std::unique_ptr<Consumer>(new Consumer());
+  consumer->topic_ = options.topic;
+  consumer->group_ = options.group;
   rd_kafka_conf_set_rebalance_cb(conf.get(), &Consumer::rebalance_cb);
   rd_kafka_conf_set_opaque(conf.get(), consumer.get());
   char err[512];
@@ -105,8 +107,8 @@ void Consumer::rebalance_cb(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                partitions->cnt, self->assigned_);
 }
 
-void Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
-                          std::vector<MessagePtr>& out) {
+Status Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
+                            std::vector<MessagePtr>& out) {
   out.clear();
   // One message at a time, not rd_kafka_consume_batch_queue: in librdkafka
   // 2.0 the batch call can return messages fetched before a rebalance
@@ -119,6 +121,12 @@ void Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
     MessagePtr m(rd_kafka_consume_queue(queue_.get(), wait_ms));
     if (!m) break;
     wait_ms = 0;
+    if (m->err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+        m->err == RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED) {
+      return Status::fatal("Kafka refused to let this principal consume (" +
+                           std::string(rd_kafka_message_errstr(m.get())) + "): it needs Read on topic " +
+                           topic_ + " and on group " + group_ + " (docs/kafka.md)");
+    }
     if (m->err) {
       if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
         spdlog::warn("consumer: {}", rd_kafka_message_errstr(m.get()));
@@ -127,6 +135,7 @@ void Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
     }
     out.push_back(std::move(m));
   }
+  return Status::ok();
 }
 
 TopicPartitionListPtr Consumer::offsets_of(const std::vector<MessagePtr>& batch) {

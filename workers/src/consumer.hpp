@@ -45,8 +45,10 @@ class Consumer {
   Consumer& operator=(const Consumer&) = delete;
 
   // Fills `out` with up to `max` messages (waiting at most `timeout` for the
-  // first). Error events are logged and not returned. The caller owns them.
-  void poll_batch(std::size_t max, std::chrono::milliseconds timeout, std::vector<MessagePtr>& out);
+  // first). Error events are logged and not returned, except a refusal by
+  // the brokers' ACLs (no Read on the topic or the group): fatal, as no
+  // retry can help. The caller owns the messages.
+  Status poll_batch(std::size_t max, std::chrono::milliseconds timeout, std::vector<MessagePtr>& out);
 
   // offset+1 of the highest message per partition in `batch`.
   static TopicPartitionListPtr offsets_of(const std::vector<MessagePtr>& batch);
@@ -75,6 +77,7 @@ class Consumer {
 
   KafkaHandle rk_;
   QueuePtr queue_;
+  std::string topic_, group_;  // for error messages
   int assigned_ = 0;
   bool ever_assigned_ = false;  // see close()
   bool closed_ = false;

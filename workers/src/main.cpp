@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <thread>
 
 #include "http_server.hpp"
 #include "probe.hpp"
@@ -35,30 +34,6 @@ std::string default_worker_id() {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "worker");
   return std::string(host) + ":" + std::to_string(getpid());
-}
-
-// Fails fast with one clear line when no broker answers at start-up.
-sagapool::Status check_brokers(const std::string& brokers, const std::vector<sagapool::KeyValue>& extra,
-                               std::chrono::milliseconds timeout) {
-  using namespace sagapool;
-  std::vector<KeyValue> opts = {{"bootstrap.servers", brokers}, {"log_level", "0"}};
-  opts.insert(opts.end(), extra.begin(), extra.end());
-  ConfPtr conf;
-  if (Status s = make_conf(opts, conf); !s) return s;
-  install_log_callbacks(*conf);  // a `debug` option would otherwise print raw lines
-  char err[512];
-  KafkaHandle rk(rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof err));
-  if (!rk) return Status::fatal(std::string("cannot create Kafka client: ") + err);
-  (void)conf.release();
-  const struct rd_kafka_metadata* md = nullptr;
-  const rd_kafka_resp_err_t e =
-      rd_kafka_metadata(rk.get(), 0, nullptr, &md, static_cast<int>(timeout.count()));
-  if (e) {
-    return Status::fatal("no Kafka broker answered at " + brokers + " within " +
-                         std::to_string(timeout.count() / 1000) + "s: " + rd_kafka_err2str(e));
-  }
-  rd_kafka_metadata_destroy(md);
-  return Status::ok();
 }
 
 }  // namespace
@@ -176,7 +151,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (Status s = check_brokers(o.brokers, o.kafka_opts, std::chrono::milliseconds(*broker_ms)); !s) {
+  if (Status s = check_kafka(o.brokers, o.kafka_opts, {o.requests_topic, o.results_topic, o.dlq_topic},
+                             std::chrono::milliseconds(*broker_ms));
+      !s) {
     std::cerr << "saga-worker: " << s.message() << "\n";
     return 3;
   }

@@ -86,7 +86,8 @@ Status Worker::run(const std::atomic<bool>& stop) {
     // the next one (batches grow with the backlog); when idle, a request
     // waits at most this long for company.
     constexpr std::chrono::milliseconds kBatchWait{5};
-    consumer_->poll_batch(options_.batch_size, kBatchWait, batch_);
+    result = consumer_->poll_batch(options_.batch_size, kBatchWait, batch_);
+    if (!result) break;
     if (!batch_.empty()) {
       result = ingest_batch(stop);
       if (!result) break;
@@ -100,6 +101,10 @@ Status Worker::run(const std::atomic<bool>& stop) {
     if (!result) break;
     if (producer_->has_fatal_error()) {
       result = producer_->fatal_error();
+      break;
+    }
+    if (!write_refused_.empty()) {
+      result = Status::fatal(write_refused_);
       break;
     }
     if (Clock::now() >= next_recovery) {
@@ -412,6 +417,17 @@ Status Worker::store_ready_offsets() {
 }
 
 void Worker::on_delivery(const rd_kafka_message_t& m) {
+  if ((m.err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+       m.err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED) &&
+      write_refused_.empty()) {
+    // No retry helps: the loop stops with this line. What was not delivered
+    // is safe: outcomes are published again by recovery, and a batch whose
+    // dead letter failed is consumed again.
+    write_refused_ = "Kafka refused to let this principal write to " +
+                     std::string(rd_kafka_topic_name(m.rkt)) + " (" + rd_kafka_err2str(m.err) +
+                     "): it needs Write on topics " + options_.results_topic + " and " +
+                     options_.dlq_topic + " (docs/kafka.md)";
+  }
   if (m._private != &kOutcomeTag) {
     auto& d = *static_cast<DeadLetter*>(m._private);
     --d.entry->outstanding;

@@ -109,6 +109,7 @@ class Worker final : private DeliveryHandler {
   std::vector<std::string_view> notified_views_;
   std::deque<PendingOffsets> offsets_;
   std::uint64_t outcome_failures_ = 0;
+  std::string write_refused_;  // set by a delivery the ACLs refused: fatal
 };
 
 }  // namespace sagapool

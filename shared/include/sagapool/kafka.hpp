@@ -97,6 +97,14 @@ Status make_conf(const std::vector<KeyValue>& opts, ConfPtr& out);
 // handle; it does not touch the conf's opaque.
 void install_log_callbacks(rd_kafka_conf_t& conf);
 
+// Start-up check shared by the programs: waits up to `timeout` until a
+// broker answers and every topic in `topics` is visible, and fails with one
+// clear line when none answers, when the brokers refuse the credentials or
+// the TLS handshake (at once: no wait helps), or when a topic is missing or
+// hidden from this principal (no Describe ACL).
+Status check_kafka(const std::string& brokers, const std::vector<KeyValue>& kafka_opts,
+                   const std::vector<std::string>& topics, std::chrono::milliseconds timeout);
+
 // ---- Producer -------------------------------------------------------------
 
 // Receives one delivery report per produced message, from poll()/flush()/
