@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kafka_client.hpp"
+#include "kafka_cluster.hpp"
 #include "pg_server.hpp"
 #include "process.hpp"
 #include "sagapool/kafka.hpp"
@@ -74,8 +75,11 @@ constexpr std::array<InjectedError, 5> kInjectedErrors = {{
 enum class Fault {
   kill_worker,
   pause_worker,
-  broker_down,
-  request_errors,
+  broker_down,     // saga-broker
+  request_errors,  // saga-broker
+  kill_node,       // real Kafka: SIGKILL, restarted on the same data
+  pause_node,      // real Kafka: SIGSTOP, sometimes past its broker session
+  restart_node,    // real Kafka: SIGTERM (controlled shutdown), then started
   create_account,
   kill_store_connections
 };
@@ -85,6 +89,10 @@ struct Figures {
   std::uint64_t pauses = 0;
   std::uint64_t broker_downs = 0;
   std::int64_t broker_down_ms = 0;
+  std::uint64_t node_kills = 0;
+  std::uint64_t node_pauses = 0;
+  std::uint64_t node_restarts = 0;
+  std::int64_t node_out_ms = 0;  // killed, paused or restarting, in all
   std::map<std::string, std::uint64_t> injected;  // "Api/ERROR" -> errors queued
   std::uint64_t store_kill_rounds = 0;
   std::uint64_t store_connections_killed = 0;
@@ -186,6 +194,7 @@ class ChaosRun {
  private:
   void set_up_store();
   void start_broker();
+  void start_mock_broker();
   void start_worker(WorkerSlot& slot);
   void control(const std::string& command);
   std::int64_t between(std::int64_t lo, std::int64_t hi) {
@@ -204,8 +213,15 @@ class ChaosRun {
     return k;
   }
   Fault next_fault() {
+    std::vector<Fault> kinds = {Fault::kill_worker, Fault::pause_worker, Fault::create_account};
+    if (kafka_) {
+      kinds.insert(kinds.end(), {Fault::kill_node, Fault::pause_node, Fault::restart_node});
+    } else {
+      kinds.insert(kinds.end(), {Fault::broker_down, Fault::request_errors});
+    }
     // SQLite is embedded: there is no server connection to kill.
-    return static_cast<Fault>(next_from(fault_order_, pg_ ? 6 : 5));
+    if (pg_) kinds.push_back(Fault::kill_store_connections);
+    return kinds[next_from(fault_order_, kinds.size())];
   }
   void nemesis_step();
   void wait_for_stable_group();
@@ -235,7 +251,8 @@ class ChaosRun {
   std::unique_ptr<test::PgServer> pg_;
   std::string store_url_;
   std::unique_ptr<StoreReader> reader_;
-  Process broker_;
+  Process broker_;                        // saga-broker
+  std::unique_ptr<test::KafkaCluster> kafka_;  // real Kafka
   std::string bootstrap_;
   KafkaHandle admin_;  // asks the coordinator for the group's state
   std::vector<WorkerSlot> workers_;
@@ -269,6 +286,26 @@ void ChaosRun::set_up_store() {
 }
 
 void ChaosRun::start_broker() {
+  if (o_.broker == "kafka") {
+    kafka_ = std::make_unique<test::KafkaCluster>(dir_, 3);
+    for (const char* topic : {"transfers.requests", "transfers.results", "transfers.dlq"}) {
+      kafka_->create_topic(topic, 6, 3, {{"min.insync.replicas", "2"}});
+    }
+    bootstrap_ = kafka_->bootstrap();
+  } else {
+    start_mock_broker();
+  }
+  ConfPtr conf;
+  if (Status st = make_conf({{"bootstrap.servers", bootstrap_}, {"log_level", "0"}}, conf); !st) {
+    throw std::runtime_error(st.message());
+  }
+  char err[512];
+  admin_.reset(rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof err));
+  if (!admin_) throw std::runtime_error(err);
+  (void)conf.release();
+}
+
+void ChaosRun::start_mock_broker() {
   const auto file = dir_ / "bootstrap";
   broker_ = Process::start({test::bin("saga-broker").string(), "--partitions", "6",
                             "--bootstrap-file", file.string(), "--control-fifo",
@@ -281,14 +318,6 @@ void ChaosRun::start_broker() {
   while (!bootstrap_.empty() && std::isspace(static_cast<unsigned char>(bootstrap_.back()))) {
     bootstrap_.pop_back();
   }
-  ConfPtr conf;
-  if (Status st = make_conf({{"bootstrap.servers", bootstrap_}, {"log_level", "0"}}, conf); !st) {
-    throw std::runtime_error(st.message());
-  }
-  char err[512];
-  admin_.reset(rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), err, sizeof err));
-  if (!admin_) throw std::runtime_error(err);
-  (void)conf.release();
 }
 
 // A restarted worker keeps its id every other time (a StatefulSet pod) and
@@ -356,6 +385,37 @@ void ChaosRun::nemesis_step() {
       f_.injected[std::string(e.api) + "/" + e.error] += static_cast<std::uint64_t>(count);
       break;
     }
+    case Fault::kill_node: {
+      const int node = static_cast<int>(between(1, kafka_->nodes()));
+      const auto started = Clock::now();
+      kafka_->kill(node);
+      ++f_.node_kills;
+      observe_for(Ms(between(2000, 8000)));
+      kafka_->restart(node);
+      f_.node_out_ms += std::chrono::duration_cast<Ms>(Clock::now() - started).count();
+      break;
+    }
+    case Fault::pause_node: {
+      // Up to 14 s: past the 9 s broker session some of the time, when the
+      // controller fences the node and its partitions move.
+      const int node = static_cast<int>(between(1, kafka_->nodes()));
+      const Ms paused(between(2000, 14000));
+      kafka_->pause(node);
+      ++f_.node_pauses;
+      observe_for(paused);
+      kafka_->resume(node);
+      f_.node_out_ms += paused.count();
+      break;
+    }
+    case Fault::restart_node: {
+      const int node = static_cast<int>(between(1, kafka_->nodes()));
+      const auto started = Clock::now();
+      kafka_->terminate(node);
+      ++f_.node_restarts;
+      kafka_->restart(node);
+      f_.node_out_ms += std::chrono::duration_cast<Ms>(Clock::now() - started).count();
+      break;
+    }
     case Fault::create_account: {
       // One of the accounts unknown-account requests name, at random: its
       // request may be done with already (canceled as unknown), in flight,
@@ -407,7 +467,7 @@ void ChaosRun::observe_for(Ms duration) {
   const auto until = Clock::now() + duration;
   for (;;) {
     if (g_interrupted) throw std::runtime_error("interrupted");
-    if (!broker_.running()) {
+    if (!kafka_ && !broker_.running()) {
       const std::string log = test::read_file(dir_ / "broker.log");
       const std::string what = "saga-broker exited (librdkafka's mock cluster); its log ends:\n" + tail(log, 5);
       if (log.find(kMockAssertion) != std::string::npos) throw MockClusterAborted(what);
@@ -450,8 +510,10 @@ void ChaosRun::check_workers() {
 }
 
 void ChaosRun::heal() {
-  control("up all");
-  for (const InjectedError& e : kInjectedErrors) control(std::string("clear ") + e.api);
+  if (!kafka_) {
+    control("up all");
+    for (const InjectedError& e : kInjectedErrors) control(std::string("clear ") + e.api);
+  }
   for (WorkerSlot& w : workers_) w.process.signal(SIGCONT);
 }
 
@@ -611,6 +673,7 @@ void ChaosRun::check_audit() {
 
 // A control command the broker refused would mean a fault never happened.
 void ChaosRun::check_control_log() {
+  if (kafka_) return;
   std::istringstream log(test::read_file(dir_ / "broker.log"));
   for (std::string line; std::getline(log, line);) {
     if (line.find("control: ") != std::string::npos &&
@@ -629,7 +692,11 @@ void ChaosRun::stop_all() {
            tail(test::read_file(dir_ / (w.name + ".log")), kLogTailLines));
     }
   }
-  broker_.stop();
+  if (kafka_) {
+    kafka_->stop();
+  } else {
+    broker_.stop();
+  }
 }
 
 // The logs and the SQLite ledger outlive the temporary folder.
@@ -692,7 +759,7 @@ void ChaosRun::print_figures(const Publisher& publisher, std::int64_t elapsed_ms
     finished += n;
     outcomes += (outcomes.empty() ? "" : ", ") + kind + " " + std::to_string(n);
   }
-  std::cout << "saga-chaos: " << o_.store << ", " << o_.accounts << " accounts of " << kOpening
+  std::cout << "saga-chaos: " << (kafka_ ? "3 Kafka nodes" : "saga-broker") << ", " << o_.store << ", " << o_.accounts << " accounts of " << kOpening
             << ", " << o_.workers << " workers (lease " << o_.lease_s << " s), nemesis "
             << o_.duration_s << " s, seed " << o_.seed << ", " << seconds(elapsed_ms) << " in all\n"
             << "  transfers requested: " << workload_.valid << " valid + " << workload_.invalid
@@ -703,10 +770,14 @@ void ChaosRun::print_figures(const Publisher& publisher, std::int64_t elapsed_ms
             << seconds(f_.settle_ms) << " after the nemesis\n"
             << "  worker kills:        " << f_.kills << "\n"
             << "  worker pauses:       " << f_.pauses << " (past the lease)\n"
-            << "  broker downs:        " << f_.broker_downs << " (" << seconds(f_.broker_down_ms)
-            << " in all)\n"
-            << "  injected errors:     " << injected << (by_kind.empty() ? "" : " (" + by_kind + ")")
-            << "\n"
+            << (kafka_ ? "  Kafka node kills:    " + std::to_string(f_.node_kills) +
+                             "\n  Kafka node pauses:   " + std::to_string(f_.node_pauses) +
+                             "\n  Kafka node restarts: " + std::to_string(f_.node_restarts) + " (" +
+                             seconds(f_.node_out_ms) + " out of service in all)\n"
+                       : "  broker downs:        " + std::to_string(f_.broker_downs) + " (" +
+                             seconds(f_.broker_down_ms) + " in all)\n  injected errors:     " +
+                             std::to_string(injected) + (by_kind.empty() ? "" : " (" + by_kind + ")") +
+                             "\n")
             << "  store connections:   "
             << (pg_ ? std::to_string(f_.store_connections_killed) + " killed in " +
                           std::to_string(f_.store_kill_rounds) + " rounds"
@@ -732,7 +803,7 @@ void on_interrupt(int) { g_interrupted = true; }
 
 std::string ChaosOptions::replay_command() const {
   std::ostringstream out;
-  out << "bin/saga-chaos --store " << store << " --accounts " << accounts << " --duration "
+  out << "bin/saga-chaos --broker " << broker << " --store " << store << " --accounts " << accounts << " --duration "
       << duration_s << " --seed " << seed << " --workers " << workers << " --rate " << rate
       << " --lease " << lease_s;
   return out.str();

@@ -1,6 +1,6 @@
 #pragma once
 // One chaos run (Jepsen's "bank" workload against real processes): a
-// saga-broker, a store, a pool of saga-worker processes, a seeded nemesis
+// broker (real Kafka or saga-broker), a store, a pool of saga-worker processes, a seeded nemesis
 // and the checks described in docs/RELIABILITY.md ("Process chaos").
 #include <cstdint>
 #include <filesystem>
@@ -10,6 +10,10 @@ namespace sagapool::chaos {
 
 struct ChaosOptions {
   std::string store = "sqlite";  // sqlite | postgresql
+  // kafka: a real three-node Apache Kafka (replication 3,
+  // min.insync.replicas 2), its nodes killed, paused and restarted.
+  // mock: saga-broker, its brokers taken down and Kafka errors injected.
+  std::string broker = "kafka";
   int accounts = 8;
   int duration_s = 60;  // how long the nemesis runs
   std::uint64_t seed = 1;

@@ -1,11 +1,13 @@
-// saga-chaos: process chaos, Jepsen "bank" style. A saga-broker, a store
-// (SQLite or PostgreSQL) and a pool of saga-worker processes move money
-// while a seeded nemesis kills and pauses workers, takes the broker down,
-// injects Kafka request errors and kills store connections; reads during
-// the run check conservation, and after it the pool must settle with every
-// request answered exactly once and the audit passing.
+// saga-chaos: process chaos, Jepsen "bank" style. A broker (three real
+// Apache Kafka nodes, or saga-broker), a store (SQLite or PostgreSQL) and a
+// pool of saga-worker processes move money while a seeded nemesis kills and
+// pauses workers, kills, pauses and restarts Kafka nodes (or, on
+// saga-broker, takes the brokers down and injects Kafka request errors) and
+// kills store connections; reads during the run check conservation, and
+// after it the pool must settle with every request answered exactly once
+// and the audit passing.
 //
-//   saga-chaos --store sqlite|postgresql --accounts 8|1000 --duration S --seed N --workers 4
+//   saga-chaos --broker kafka|mock --store sqlite|postgresql --accounts 8|1000 --duration S --seed N
 //
 // Exit code 0 when every check passed, 1 otherwise (with the seed and the
 // command that replays the run), 77 when PostgreSQL is asked for and not
@@ -17,6 +19,11 @@
 int main(int argc, char** argv) {
   sagapool::chaos::ChaosOptions o;
   CLI::App app{"saga-chaos: process chaos against a real saga-worker pool"};
+  app.add_option("--broker", o.broker,
+                 "kafka (three real Apache Kafka nodes, killed, paused and restarted) or mock "
+                 "(saga-broker: brokers down, injected request errors)")
+      ->check(CLI::IsMember({"kafka", "mock"}))
+      ->capture_default_str();
   app.add_option("--store", o.store, "sqlite or postgresql")
       ->check(CLI::IsMember({"sqlite", "postgresql"}))
       ->capture_default_str();

@@ -95,9 +95,9 @@ class KafkaSecurity : public ::testing::Test {
                           .backend = LedgerCluster::Backend::sqlite}};
 };
 
-// Two workers (one configured by flags and environment, one by a config
-// file) and saga-producer, each with only the ACLs it needs, move transfers
-// over SASL_SSL; the broker refuses anything else (PLAINTEXT is not served).
+// Two workers and two saga-producer runs (each pair: one configured by
+// flags and environment, one by a config file), with only the ACLs they
+// need, move transfers over SASL_SSL; a PLAINTEXT client gets nowhere.
 TEST_F(KafkaSecurity, WorkersAndProducerWithLeastPrivilege) {
   const std::filesystem::path ca = cluster_.kafka().ca();
   Process a = cluster_.start_worker("wA", "", tls_opts(ca), sasl_env("worker", passwords_[0]));
@@ -112,18 +112,34 @@ TEST_F(KafkaSecurity, WorkersAndProducerWithLeastPrivilege) {
   Process b = Process::start({bin("saga-worker").string(), "--config", config.string()},
                              cluster_.log_of("wB"), {}, /*die_with_parent=*/true);
 
+  // Half the requests by flags and environment, half by a config file.
   const std::vector<PlannedTransfer> transfers = cluster_.plan(300, 51);
-  const std::filesystem::path requests = cluster_.dir() / "requests.jsonl";
+  const std::filesystem::path by_flags = cluster_.dir() / "by-flags.jsonl";
+  const std::filesystem::path by_file = cluster_.dir() / "by-file.jsonl";
   {
-    std::ofstream out(requests);
-    for (const auto& t : transfers) out << LedgerCluster::request(t) << '\n';
+    std::ofstream flags(by_flags), file(by_file);
+    for (std::size_t i = 0; i < transfers.size(); ++i) {
+      (i % 2 ? file : flags) << LedgerCluster::request(transfers[i]) << '\n';
+    }
   }
   std::vector<std::string> producer = {bin("saga-producer").string(), "--brokers", cluster_.bootstrap(),
-                                       "--file", requests.string()};
+                                       "--file", by_flags.string()};
   for (const std::string& o : tls_opts(ca)) producer.push_back(o);
   const RunResult sent = run(producer, sasl_env("producer", passwords_[1]), 120s);
   ASSERT_EQ(sent.exit_code, 0) << sent.output;
   expect_no_password("saga-producer", sent.output);
+  const std::filesystem::path producer_config = cluster_.dir() / "producer.toml";
+  {
+    std::ofstream out(producer_config);
+    out << "brokers = \"" << cluster_.bootstrap() << "\"\nfile = \"" << by_file.string()
+        << "\"\nkafka-opt = [\"security.protocol=SASL_SSL\", \"sasl.mechanisms=SCRAM-SHA-512\", "
+        << "\"ssl.ca.location=" << ca.string() << "\", \"sasl.username=producer\", \"sasl.password="
+        << passwords_[1] << "\"]\n";
+  }
+  const RunResult sent_by_file =
+      run({bin("saga-producer").string(), "--config", producer_config.string()}, {}, 120s);
+  ASSERT_EQ(sent_by_file.exit_code, 0) << sent_by_file.output;
+  expect_no_password("saga-producer --config", sent_by_file.output);
 
   ASSERT_TRUE(cluster_.wait_finished(transfers.size(), 120s));
   EXPECT_EQ(a.stop(30s), 0);

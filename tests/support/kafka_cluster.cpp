@@ -142,6 +142,8 @@ void KafkaCluster::pause(int node) { nodes_.at(static_cast<std::size_t>(node - 1
 
 void KafkaCluster::resume(int node) { nodes_.at(static_cast<std::size_t>(node - 1)).signal(SIGCONT); }
 
+void KafkaCluster::terminate(int node) { (void)nodes_.at(static_cast<std::size_t>(node - 1)).stop(30s); }
+
 void KafkaCluster::restart(int node) {
   start_node(node);
   wait_live(nodes(), 120s);

@@ -42,12 +42,13 @@ class KafkaCluster {
   int nodes() const { return static_cast<int>(nodes_.size()); }
 
   // Node ids are 1..nodes().
-  void kill(int node);     // SIGKILL
-  void pause(int node);    // SIGSTOP
-  void resume(int node);   // SIGCONT
-  void restart(int node);  // after kill(): starts it again, waits until it is live
-  void stop();             // every node: SIGTERM, then SIGKILL after a grace
-  void start();            // every node again (after stop()), waits until all are live
+  void kill(int node);       // SIGKILL
+  void pause(int node);      // SIGSTOP
+  void resume(int node);     // SIGCONT
+  void terminate(int node);  // SIGTERM (a controlled shutdown), SIGKILL after a grace
+  void restart(int node);    // after kill() or terminate(): starts it, waits until it is live
+  void stop();               // every node: SIGTERM, then SIGKILL after a grace
+  void start();              // every node again (after stop()), waits until all are live
 
   // Creates a topic (replication factor and topic configs as given) and
   // waits until every partition has a leader.
