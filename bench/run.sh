@@ -11,6 +11,8 @@
 #   (d) sagapool end to end on SQLite
 #   (e) sagapool with 1, 2 and 4 workers (on SQLite unless --scale-store postgres)
 #   and a latency run of (c) and (d) at half their measured throughput.
+# (c) and (d) run on saga-broker (librdkafka's mock cluster) and again on a
+# real one-node Apache Kafka (tools/kafka/kafka.sh), side by side.
 # pgbench runs at its best client count (probed first). Every sagapool run
 # ends with `sagactl audit`, and the bench fails if it does not pass.
 # Writes bench/REPORT.md (the part above its hand-written marker) and
@@ -295,11 +297,28 @@ wait_outcomes() {
     sleep 0.25
   done
 }
-# saga_run CONFIG REP STORE(postgres|sqlite) DIST(uniform|zipf) WORKERS N [RATE]:
-# a fresh ledger, broker and worker pool; N requests; waits until every one
-# is terminal and published; records the figures; drains the workers; audits.
+# The bench's real Kafka: one KRaft node (replication 1: one machine), the
+# three topics with PARTITIONS partitions; started once, on first use.
+KAFKA_PID="" KAFKA_BOOTSTRAP=""
+start_kafka() {
+  [ -n "$KAFKA_PID" ] && return 0
+  local k="$WORK/kafka"
+  "$ROOT/tools/kafka/kafka.sh" configure --brokers 1 --dir "$k" >"$WORK/kafka-configure.log" 2>&1 ||
+    { cat "$WORK/kafka-configure.log" >&2; die "tools/kafka/kafka.sh configure failed"; }
+  KAFKA_BOOTSTRAP=$(cat "$k/bootstrap")
+  "$ROOT/tools/kafka/kafka.sh" node --dir "$k" --node 1 >"$k/node-1.log" 2>&1 &
+  KAFKA_PID=$!; PIDS+=("$KAFKA_PID")
+  for _ in $(seq 120); do kcat -b "$KAFKA_BOOTSTRAP" -L -m 2 >/dev/null 2>&1 && break; sleep 0.5; done
+  "$ROOT/tools/kafka/kafka.sh" topics --bootstrap "$KAFKA_BOOTSTRAP" --partitions "$PARTITIONS" --replication 1 \
+    transfers.requests transfers.results transfers.dlq >&2 || { tail "$k/node-1.log" >&2; die "Kafka did not start"; }
+}
+# saga_run CONFIG REP STORE(postgres|sqlite) DIST(uniform|zipf) WORKERS N [RATE] [BROKER(mock|kafka)]:
+# a fresh ledger and worker pool, and a fresh saga-broker (or the bench's
+# Kafka node, whose group resumes after the last run's requests); N
+# requests; waits until every one is terminal and published; records the
+# figures; drains the workers; audits.
 saga_run() {
-  local config=$1 rep=$2 store=$3 dist=$4 workers=$5 n=$6 rate=${7:-0}
+  local config=$1 rep=$2 store=$3 dist=$4 workers=$5 n=$6 rate=${7:-0} broker=${8:-mock}
   local run db="" stores=() sql broker_pid pids=() ports=() i t0 t1 seen
   local worker_ticks=0 rss_max=0 span p50 p99 done_n tput cpu broker_ticks pg_delta=0
   RUN_SEQ=$((RUN_SEQ + 1)); run="$WORK/run-$RUN_SEQ"; mkdir -p "$run"
@@ -315,11 +334,17 @@ saga_run() {
     sql() { sqlite3 "$run/ledger.db" "$1"; }
     T=transfers REQ=requested_at FIN=finished_at OPEN="state NOT IN ('done', 'canceled') OR notified = 0"
   fi
-  "$BIN/saga-broker" --partitions "$PARTITIONS" --bootstrap-file "$run/bootstrap" >"$run/broker.log" 2>&1 &
-  broker_pid=$!; PIDS+=("$broker_pid"); RUN_PIDS+=("$broker_pid")
-  for _ in $(seq 100); do [ -s "$run/bootstrap" ] && break; sleep 0.1; done
-  [ -s "$run/bootstrap" ] || { tail "$run/broker.log" >&2; die "saga-broker did not start"; }
-  local brokers; brokers=$(cat "$run/bootstrap")
+  local brokers
+  if [ "$broker" = kafka ]; then
+    start_kafka
+    broker_pid=$KAFKA_PID brokers=$KAFKA_BOOTSTRAP
+  else
+    "$BIN/saga-broker" --partitions "$PARTITIONS" --bootstrap-file "$run/bootstrap" >"$run/broker.log" 2>&1 &
+    broker_pid=$!; PIDS+=("$broker_pid"); RUN_PIDS+=("$broker_pid")
+    for _ in $(seq 100); do [ -s "$run/bootstrap" ] && break; sleep 0.1; done
+    [ -s "$run/bootstrap" ] || { tail "$run/broker.log" >&2; die "saga-broker did not start"; }
+    brokers=$(cat "$run/bootstrap")
+  fi
   for i in $(seq 0 $((workers - 1))); do
     ports+=("$(free_port "${ports[@]}")")
     "$BIN/saga-worker" --brokers "$brokers" --group bench "${stores[@]}" --worker-id "bench-$i" \
@@ -384,9 +409,12 @@ saga_run() {
   for i in "${pids[@]}"; do kill -TERM "$i" 2>/dev/null || true; done
   for i in "${pids[@]}"; do wait "$i" || die "$config: a worker did not exit cleanly (logs: run-$RUN_SEQ)"; done
   forget_pids "${pids[@]}"
-  RUN_PIDS=("$broker_pid")  # the workers were waited for: their pids may be reused
-  stop_run_pids
-  forget_pids "$broker_pid"
+  RUN_PIDS=()  # the workers were waited for: their pids may be reused
+  if [ "$broker" = mock ]; then
+    RUN_PIDS=("$broker_pid")
+    stop_run_pids
+    forget_pids "$broker_pid"
+  fi
   if ! "$BIN/sagactl" "${stores[@]}" audit >"$run/audit.out" 2>&1; then
     cat "$run/audit.out" >&2
     die "$config run $rep: sagactl audit FAILED"
@@ -434,13 +462,22 @@ for r in $(seq "$REPS"); do
   saga_run c-zipf "$r" postgres zipf "$WORKERS" "${RUN_N[postgres]}"
 done
 say "(d) sagapool on SQLite, $WORKERS workers ($(elapsed))"
-PHASE_END=$(phase_end 65)
+PHASE_END=$(phase_end 60)
 run_size sqlite
 note "${RUN_N[sqlite]} transfers per run"
 for r in $(seq "$REPS"); do
   rep_ok "$r" "$PHASE_END" "(d)" || break
   saga_run d-uniform "$r" sqlite uniform "$WORKERS" "${RUN_N[sqlite]}"
   saga_run d-zipf "$r" sqlite zipf "$WORKERS" "${RUN_N[sqlite]}"
+done
+say "(c) and (d) on a real Kafka node ($(elapsed))"
+PHASE_END=$(phase_end 75)
+for r in $(seq "$REPS"); do
+  rep_ok "$r" "$PHASE_END" "(c), (d) on real Kafka" || break
+  for dist in uniform zipf; do
+    saga_run "ck-$dist" "$r" postgres "$dist" "$WORKERS" "${RUN_N[postgres]}" 0 kafka
+    saga_run "dk-$dist" "$r" sqlite "$dist" "$WORKERS" "${RUN_N[sqlite]}" 0 kafka
+  done
 done
 say "(e) scaling on $SCALE_STORE: 1, 2 and 4 workers, Zipf ($(elapsed))"
 PHASE_END=$(phase_end 90)
@@ -499,8 +536,10 @@ describe() {
   case "$1" in
     a-*) echo "(a) plain ACID transfer, pgbench, ${BEST_CLIENTS[$1]} clients" ;;
     b-*) echo "(b) naive 2PC recipe, 8 autocommits, pgbench, ${BEST_CLIENTS[$1]} clients" ;;
-    c-*) echo "(c) sagapool on PostgreSQL, $WORKERS workers" ;;
-    d-*) echo "(d) sagapool on SQLite, $WORKERS workers" ;;
+    c-*) echo "(c) sagapool on PostgreSQL, $WORKERS workers, saga-broker" ;;
+    d-*) echo "(d) sagapool on SQLite, $WORKERS workers, saga-broker" ;;
+    ck-*) echo "(c) sagapool on PostgreSQL, $WORKERS workers, real Kafka" ;;
+    dk-*) echo "(d) sagapool on SQLite, $WORKERS workers, real Kafka" ;;
     e-1) echo "(e) sagapool on $SCALE_NAME, 1 worker" ;;
     e-*) echo "(e) sagapool on $SCALE_NAME, ${1#e-} workers" ;;
   esac
@@ -514,11 +553,14 @@ SQLITE_SYNC=$(grep -o 'PRAGMA synchronous=[A-Z]*' "$ROOT/shared/src/sqlite_store
 SQLITE_JOURNAL=$(grep -o 'PRAGMA journal_mode=[A-Z]*' "$ROOT/shared/src/sqlite_store.cpp" 2>/dev/null | head -1 | cut -d= -f2)
 A_U=$(col_median a-uniform 3) A_Z=$(col_median a-zipf 3) B_U=$(col_median b-uniform 3) B_Z=$(col_median b-zipf 3)
 C_U=$(col_median c-uniform 3) C_Z=$(col_median c-zipf 3) D_U=$(col_median d-uniform 3) D_Z=$(col_median d-zipf 3)
+CK_U=$(col_median ck-uniform 3) CK_Z=$(col_median ck-zipf 3) DK_U=$(col_median dk-uniform 3) DK_Z=$(col_median dk-zipf 3)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 RSS_FULL=$(awk '$1 !~ /^half-/ && $7 != "-" { if ($7 > m) m = $7 } END { printf "%d", m }' "$RESULTS")
 HALF_C_P99=$(col_median half-c 9) HALF_D_P99=$(col_median half-d 9)
 D_MIN=$(awk -v a="$D_U" -v b="$D_Z" 'BEGIN { print (a < b ? a : b) }')
 C_A_U=$(ratio "$C_U" "$A_U") C_A_Z=$(ratio "$C_Z" "$A_Z") C_B_U=$(ratio "$C_U" "$B_U") C_B_Z=$(ratio "$C_Z" "$B_Z")
+CK_A_U=$(ratio "$CK_U" "$A_U") CK_A_Z=$(ratio "$CK_Z" "$A_Z")
+DK_MIN=$(awk -v a="$DK_U" -v b="$DK_Z" 'BEGIN { print (a < b ? a : b) }')
 {
   echo "# sagapool benchmarks"
   echo
@@ -540,6 +582,8 @@ C_A_U=$(ratio "$C_U" "$A_U") C_A_Z=$(ratio "$C_Z" "$A_Z") C_B_U=$(ratio "$C_U" "
   echo "| c/a ≥ 2 (sagapool on PostgreSQL vs plain ACID) | uniform $C_A_U, Zipf $C_A_Z | $(verdict "$C_A_U >= 2 && $C_A_Z >= 2") |"
   echo "| c/b ≥ 8 (sagapool on PostgreSQL vs the naive recipe) | uniform $C_B_U, Zipf $C_B_Z | $(verdict "$C_B_U >= 8 && $C_B_Z >= 8") |"
   echo "| d ≥ 50,000 transfers/s (sagapool on SQLite) | uniform $(thousands "$D_U"), Zipf $(thousands "$D_Z") | $(verdict "$D_MIN >= 50000") |"
+  echo "| c/a ≥ 2 on real Kafka | uniform $CK_A_U, Zipf $CK_A_Z | $(verdict "$CK_A_U >= 2 && $CK_A_Z >= 2") |"
+  echo "| d ≥ 50,000 transfers/s on real Kafka | uniform $(thousands "$DK_U"), Zipf $(thousands "$DK_Z") | $(verdict "$DK_MIN >= 50000") |"
   echo "| p99 ≤ 250 ms at half load | (c) $(fmt "$HALF_C_P99") ms, (d) $(fmt "$HALF_D_P99") ms | $(verdict "$HALF_C_P99 <= 250 && $HALF_D_P99 <= 250") |"
   echo "| worker peak RSS ≤ 200 MiB at full load | $(rss_mib "$RSS_FULL") MiB | $(verdict "$RSS_FULL <= 200 * 1024") |"
   echo
@@ -547,7 +591,7 @@ C_A_U=$(ratio "$C_U" "$A_U") C_A_Z=$(ratio "$C_Z" "$A_Z") C_B_U=$(ratio "$C_U" "
   echo
   echo "| | accounts | transfers/s | latency p50 | latency p99 | CPU s / 1,000 transfers | worker peak RSS |"
   echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-  for cfg in a-uniform a-zipf b-uniform b-zipf c-uniform c-zipf d-uniform d-zipf e-1 e-2 e-4; do
+  for cfg in a-uniform a-zipf b-uniform b-zipf c-uniform c-zipf ck-uniform ck-zipf d-uniform d-zipf dk-uniform dk-zipf e-1 e-2 e-4; do
     grep -q "^$cfg " "$RESULTS" || continue
     dist=${cfg#*-}; case "$cfg" in e-*) dist=zipf ;; esac
     echo "| $(describe "$cfg") | $dist | $(thousands "$(col_median "$cfg" 3)") | $(fmt "$(col_median "$cfg" 4)") ms | $(fmt "$(col_median "$cfg" 5)") ms | $(fmt "$(col_median "$cfg" 6)" 3) | $(case "$cfg" in a-*|b-*) echo "–" ;; *) echo "$(rss_mib "$(col_max "^$cfg\$" 7)") MiB" ;; esac) |"
@@ -588,7 +632,8 @@ C_A_U=$(ratio "$C_U" "$A_U") C_A_Z=$(ratio "$C_Z" "$A_Z") C_B_U=$(ratio "$C_U" "
   echo "- $(nproc) CPUs: $CPU_MODEL; ${MEM_GIB} GiB memory; Linux $(uname -r)"
   echo "- the data on $FS_TYPE; $DSYNC_RATE synchronous 8 kB writes per second there (\`dd oflag=dsync\`, one writer: what a commit's flush costs)"
   echo "- PostgreSQL $PG_VERSION, one server on loopback, max_connections=200, otherwise defaults"
-  echo "- SQLite $SQLITE_VERSION; librdkafka $RDKAFKA_VERSION; saga-broker (librdkafka's mock cluster, $PARTITIONS partitions)"
+  echo "- SQLite $SQLITE_VERSION; librdkafka $RDKAFKA_VERSION; saga-broker (librdkafka's mock cluster, $PARTITIONS partitions);"
+  echo "  Apache Kafka 3.9.1, one KRaft node (tools/kafka/kafka.sh; JVM heap 256-512 MiB), topics of $PARTITIONS partitions, replication 1"
   echo "- binaries: Release build (\`./dev bench\` builds into build-release/)"
   echo "- load average when the bench started: $LOAD_AT_START"
   echo
@@ -602,7 +647,9 @@ C_A_U=$(ratio "$C_U" "$A_U") C_A_Z=$(ratio "$C_Z" "$A_Z") C_B_U=$(ratio "$C_U" "
   echo "psql -v naccounts=$ACCOUNTS -v balance=$BALANCE -f bench/tables.sql                  # the baselines' tables"
   echo "pgbench -n -M prepared -c <best> -j <min(best, nproc)> -T $PGBENCH_S -D zipf=<0|1> -D naccounts=$ACCOUNTS -l -f bench/plain_transfer.sql   # (a)"
   echo "pgbench -n -M prepared -c <best> -j <min(best, nproc)> -T $PGBENCH_S -D zipf=<0|1> -D naccounts=$ACCOUNTS -l -f bench/tpc_transfer.sql     # (b)"
-  echo "saga-broker --partitions $PARTITIONS --bootstrap-file <file>"
+  echo "saga-broker --partitions $PARTITIONS --bootstrap-file <file>   # or, for the real-Kafka rows, once for the bench:"
+  echo "tools/kafka/kafka.sh configure --brokers 1 --dir <dir> && tools/kafka/kafka.sh node --dir <dir> --node 1"
+  echo "tools/kafka/kafka.sh topics --bootstrap <bootstrap> --partitions $PARTITIONS --replication 1 transfers.requests transfers.results transfers.dlq"
   echo "saga-worker --brokers <bootstrap> --group bench --store <postgresql://...|sqlite:...> --worker-id bench-<i> --metrics-addr 127.0.0.1:<port> --lease 10s   # × workers"
   echo "saga-producer --brokers <bootstrap> --generate <N> --accounts $ACCOUNTS --seed <run> --invalid-ratio 0 --overdraw-ratio 0 --unknown-ratio 0   # Zipf"
   echo "saga-producer --brokers <bootstrap> --file uniform.jsonl   # uniform: N valid requests, accounts drawn uniformly (awk, seed 7)"
@@ -626,10 +673,11 @@ mv "$REPORT.new" "$REPORT"
 
 # The chart: one bar per configuration, transfers/s.
 {
-  for cfg in a-uniform a-zipf b-uniform b-zipf c-uniform c-zipf d-uniform d-zipf e-1 e-2 e-4; do
+  for cfg in a-uniform a-zipf b-uniform b-zipf c-uniform c-zipf ck-uniform ck-zipf d-uniform d-zipf dk-uniform dk-zipf e-1 e-2 e-4; do
     grep -q "^$cfg " "$RESULTS" || continue
     case "$cfg" in
       e-1) label="e: 1 worker" ;; e-*) label="e: ${cfg#e-} workers" ;;
+      ?k-*) label="${cfg:0:1}: ${cfg#*-}, Kafka" ;;
       *) label="${cfg%%-*}: ${cfg#*-}" ;;
     esac
     printf '"%s" %s %d\n' "$label" "$(col_median "$cfg" 3)" "$(( $(printf '%d' "'${cfg:0:1}") - 96 ))"

@@ -301,7 +301,6 @@ int main(int argc, char** argv) {
     return 3;
   }
 
-
   const auto start = Clock::now();
   Progress progress(o.generate, start);
   Pacer pacer(o.rate, start);
