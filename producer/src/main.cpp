@@ -283,14 +283,13 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 
-  sagapool::TransferProducerOptions popts;
-  popts.brokers = o.brokers;
-  popts.topic = o.topic;
-  popts.kafka_opts = *kafka_opts;
-  std::unique_ptr<sagapool::TransferProducer> producer;
-  if (Status s = sagapool::TransferProducer::create(std::move(popts), producer); !s) {
-    std::cerr << prog << ": " << s.message() << '\n';
-    return 2;
+  // A bad option is a usage error (2), found before anything connects.
+  {
+    sagapool::ConfPtr conf;
+    if (Status s = sagapool::make_conf(*kafka_opts, conf); !s) {
+      std::cerr << prog << ": " << s.message() << '\n';
+      return 2;
+    }
   }
   // One clear line, before anything is sent, when no broker answers, the
   // credentials or the CA are wrong, or the topic is missing or hidden.
@@ -299,6 +298,16 @@ int main(int argc, char** argv) {
       !s) {
     std::cerr << prog << ": " << s.message() << '\n';
     return 3;
+  }
+
+  sagapool::TransferProducerOptions popts;
+  popts.brokers = o.brokers;
+  popts.topic = o.topic;
+  popts.kafka_opts = std::move(*kafka_opts);
+  std::unique_ptr<sagapool::TransferProducer> producer;
+  if (Status s = sagapool::TransferProducer::create(std::move(popts), producer); !s) {
+    std::cerr << prog << ": " << s.message() << '\n';
+    return 2;
   }
 
   const auto start = Clock::now();

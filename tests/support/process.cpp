@@ -205,7 +205,9 @@ std::string log_tails(const std::filesystem::path& dir, std::size_t lines) {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->path().extension() == ".log") logs.push_back(it->path());
+    // Not into servers' data folders: Kafka's segments are *.log files too.
+    if (it->is_directory() && it->path().filename() == "data") it.disable_recursion_pending();
+    if (it->is_regular_file() && it->path().extension() == ".log") logs.push_back(it->path());
   }
   std::sort(logs.begin(), logs.end());
   std::string out;
