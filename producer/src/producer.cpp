@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "sagapool/log.hpp"
+#include "sagapool/json_text.hpp"
 #include "sagapool/request.hpp"
 
 namespace sagapool {

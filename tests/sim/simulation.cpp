@@ -21,10 +21,10 @@
 #include <sstream>
 #include <vector>
 
-#include "fault_store.hpp"
-#include "memory_store.hpp"
 #include "sagapool/audit.hpp"
+#include "sagapool/fault_store.hpp"
 #include "sagapool/ledger.hpp"
+#include "sagapool/memory_store.hpp"
 #include "sagapool/operator_actions.hpp"
 #include "sagapool/request.hpp"
 #include "sagapool/saga_engine.hpp"

@@ -8,7 +8,7 @@
 
 #include "commands.hpp"
 #include "sagapool/config.hpp"
-#include "sagapool/log.hpp"
+#include "sagapool/json_text.hpp"
 #include "sagapool/operator_actions.hpp"
 
 namespace sagapool::ctl {

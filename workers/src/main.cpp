@@ -12,11 +12,11 @@
 #include <iostream>
 #include <thread>
 
-#include "http_server.hpp"
-#include "probe.hpp"
 #include "sagapool/config.hpp"
+#include "sagapool/http_server.hpp"
 #include "sagapool/log.hpp"
-#include "store_collector.hpp"
+#include "sagapool/probe.hpp"
+#include "sagapool/store_collector.hpp"
 #include "worker.hpp"
 
 namespace {

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "consumer.hpp"
-#include "outcome.hpp"
-#include "probe.hpp"
+#include "sagapool/consumer.hpp"
 #include "sagapool/kafka.hpp"
 #include "sagapool/ledger.hpp"
+#include "sagapool/outcome.hpp"
+#include "sagapool/probe.hpp"
 #include "sagapool/request.hpp"
 #include "sagapool/saga_engine.hpp"
 

@@ -1,0 +1,1218 @@
+// The saga engine against a real SQLite ledger (DESIGN.md, "States and
+// stages" and "Invariants"): every edge of the state machine, every outcome
+// path, idempotent re-runs, batches equal to one-by-one runs (seeded), epoch
+// fencing, zombies, operator cancels, roll-forward, and the audit catching a
+// corrupted ledger. Each scenario runs on one store and on two stores (legs
+// crossing shards).
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "process.hpp"
+#include "sagapool/audit.hpp"
+#include "sagapool/fault_store.hpp"
+#include "sagapool/ledger.hpp"
+#include "sagapool/operator_actions.hpp"
+#include "sagapool/saga_engine.hpp"
+
+namespace sagapool {
+namespace {
+
+using S = TransferState;
+
+constexpr std::int64_t kLeaseMs = 30'000;
+constexpr std::string_view kOwner = "worker-a";
+
+// ---- recording ------------------------------------------------------------
+
+struct Edge {
+  S from;
+  S to;
+  std::size_t count;
+};
+
+class RecordingObserver final : public SagaObserver {
+ public:
+  void on_transitions(S from, S to, std::size_t count) override { edges.push_back({from, to, count}); }
+  void on_compensation(Reason r) override { compensations.push_back(r); }
+  void on_stage(std::string_view, std::chrono::nanoseconds) override {}
+  void on_store_error(std::string_view op, const Status& e) override {
+    store_errors.push_back(std::string(op) + ": " + e.message());
+  }
+  std::size_t transitions() const {
+    std::size_t n = 0;
+    for (const Edge& e : edges) n += e.count;
+    return n;
+  }
+  std::vector<Edge> edges;
+  std::vector<Reason> compensations;
+  std::vector<std::string> store_errors;
+};
+
+// ---- ledger set-up ----------------------------------------------------------
+
+// A transfer request whose strings the test owns: NewTransfer only views them.
+struct Req {
+  std::string id;
+  std::string from;
+  std::string to;
+  std::int64_t amount = 0;
+  std::string currency;
+};
+
+struct AccountSpec {
+  AccountSpec() = default;
+  AccountSpec(std::string id_, std::int64_t balance_, std::int64_t min_balance_ = 0,
+              std::string currency_ = "", bool locked_ = false)
+      : id(std::move(id_)), balance(balance_), min_balance(min_balance_),
+        currency(std::move(currency_)), locked(locked_) {}
+  std::string id;
+  std::int64_t balance = 0;
+  std::int64_t min_balance = 0;
+  std::string currency;
+  bool locked = false;
+};
+
+// A ledger of `stores` SQLite files in `folder`, initialised.
+struct LedgerFiles {
+  std::vector<std::filesystem::path> files;
+  std::unique_ptr<Ledger> ledger;
+
+  Status open(const std::filesystem::path& folder, std::size_t stores) {
+    std::filesystem::create_directories(folder);
+    std::vector<std::string> urls;
+    for (std::size_t i = 0; i < stores; ++i) {
+      files.push_back(folder / ("store" + std::to_string(i) + ".db"));
+      urls.push_back("sqlite:" + files.back().string());
+    }
+    if (Status s = Ledger::open(urls, ledger); !s) return s;
+    return ledger->init();
+  }
+  const std::filesystem::path& file_of(std::string_view account) const {
+    return files[ledger->shard_index(account)];
+  }
+};
+
+// The first id "<prefix><n>" that the placement hash puts on `shard`.
+std::string id_on_shard(Ledger& ledger, std::string_view prefix, std::size_t shard) {
+  for (int n = 0;; ++n) {
+    std::string id = std::string(prefix) + std::to_string(n);
+    if (ledger.shard_index(id) == shard) return id;
+  }
+}
+
+Status create_accounts(Ledger& ledger, const std::vector<AccountSpec>& specs) {
+  std::vector<std::vector<Account>> per_shard(ledger.shard_count());
+  for (const AccountSpec& s : specs) {
+    Account a;
+    a.id = s.id;
+    a.balance = s.balance;
+    a.opening_balance = s.balance;
+    a.min_balance = s.min_balance;
+    a.currency = s.currency;
+    a.locked = s.locked;
+    per_shard[ledger.shard_index(s.id)].push_back(a);
+  }
+  for (std::size_t i = 0; i < per_shard.size(); ++i) {
+    if (per_shard[i].empty()) continue;
+    if (Status s = ledger.shard(i).create_accounts(per_shard[i]); !s) return s;
+  }
+  return Status::ok();
+}
+
+Status insert(Ledger& ledger, const std::vector<Req>& reqs, std::string_view owner) {
+  std::vector<NewTransfer> batch;
+  for (const Req& r : reqs) {
+    NewTransfer t;
+    t.request.id = r.id;
+    t.request.from = r.from;
+    t.request.to = r.to;
+    t.request.amount = r.amount;
+    t.request.currency = r.currency;
+    t.payload_hash = payload_hash(t.request);
+    t.requested_at_ms = 1'700'000'000'000;
+    t.origin_topic = "transfers.requests";
+    t.origin_partition = 0;
+    t.origin_offset = static_cast<std::int64_t>(batch.size());
+    batch.push_back(t);
+  }
+  std::vector<InsertResult> results(batch.size());
+  if (Status s = ledger.transfers().insert_transfers(batch, owner, kLeaseMs, results); !s) return s;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (results[i] != InsertResult::inserted) return Status::fatal("not inserted: " + reqs[i].id);
+  }
+  return Status::ok();
+}
+
+std::optional<TransferDoc> load(Ledger& ledger, std::string_view id) {
+  std::optional<TransferDoc> doc;
+  EXPECT_TRUE(ledger.transfers().load_transfer(id, doc).is_ok());
+  return doc;
+}
+
+std::vector<SagaItem> items_for(Ledger& ledger, const std::vector<Req>& reqs) {
+  std::vector<SagaItem> items;
+  for (const Req& r : reqs) {
+    const std::optional<TransferDoc> doc = load(ledger, r.id);
+    EXPECT_TRUE(doc.has_value()) << r.id;
+    if (doc) items.emplace_back().assign(*doc);
+  }
+  return items;
+}
+
+Status run_engine(Ledger& ledger, std::string_view owner, std::vector<SagaItem>& items,
+                  SagaObserver& observer) {
+  SagaEngine engine(ledger, {std::string(owner), kLeaseMs, 5}, &observer);
+  return engine.run(items);
+}
+
+std::map<std::string, std::int64_t> balances(Ledger& ledger) {
+  std::map<std::string, std::int64_t> out;
+  for (std::size_t i = 0; i < ledger.shard_count(); ++i) {
+    EXPECT_TRUE(ledger.shard(i).scan_accounts([&](const Account& a) { out[a.id] = a.balance; }).is_ok());
+  }
+  return out;
+}
+
+std::int64_t balance(Ledger& ledger, const std::string& id) {
+  std::optional<Account> a;
+  EXPECT_TRUE(ledger.shard_for(id).load_account(id, a).is_ok());
+  EXPECT_TRUE(a.has_value()) << id;
+  return a ? a->balance : std::numeric_limits<std::int64_t>::min();
+}
+
+// "transfer account kind amount" for every posting, sorted; times left out.
+std::vector<std::string> posting_rows(Ledger& ledger) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < ledger.shard_count(); ++i) {
+    EXPECT_TRUE(ledger.shard(i)
+                    .scan_postings([&](const Posting& p) {
+                      out.push_back(p.transfer_id + " " + p.account_id + " " +
+                                    std::string(to_string(p.kind)) + " " + std::to_string(p.amount));
+                    })
+                    .is_ok());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The kinds of a transfer's postings over every store, e.g. "debit+credit".
+std::string posting_kinds(Ledger& ledger, std::string_view transfer_id) {
+  std::vector<PostingKind> kinds;
+  std::vector<Posting> part;
+  for (std::size_t i = 0; i < ledger.shard_count(); ++i) {
+    EXPECT_TRUE(ledger.shard(i).postings_for_transfer(transfer_id, part).is_ok());
+    for (const Posting& p : part) kinds.push_back(p.kind);
+  }
+  std::sort(kinds.begin(), kinds.end());
+  std::string out;
+  for (PostingKind k : kinds) out += (out.empty() ? "" : "+") + std::string(to_string(k));
+  return out.empty() ? "none" : out;
+}
+
+std::set<std::string> pending_entries(Ledger& ledger) {
+  std::set<std::string> out;
+  for (std::size_t i = 0; i < ledger.shard_count(); ++i) {
+    EXPECT_TRUE(ledger.shard(i)
+                    .scan_pending([&](const PendingEntry& e) { out.insert(e.account_id + " " + e.transfer_id); })
+                    .is_ok());
+  }
+  return out;
+}
+
+::testing::AssertionResult audit_passes(Ledger& ledger) {
+  AuditReport report;
+  if (Status s = run_audit(ledger, {}, report); !s) {
+    return ::testing::AssertionFailure() << "run_audit failed: " << s.message();
+  }
+  if (!report.ok()) return ::testing::AssertionFailure() << report.to_text();
+  return ::testing::AssertionSuccess();
+}
+
+// Runs SQL on a store file behind the store's back (corruption, inspection).
+void exec_sql(const std::filesystem::path& file, const std::string& sql) {
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(file.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  std::unique_ptr<sqlite3, decltype(&sqlite3_close_v2)> db(raw, &sqlite3_close_v2);
+  sqlite3_busy_timeout(db.get(), 5000);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db.get(), sql.c_str(), nullptr, nullptr, &err);
+  const std::string message = err ? err : "";
+  sqlite3_free(err);
+  ASSERT_EQ(rc, SQLITE_OK) << message;
+  ASSERT_GT(sqlite3_changes(db.get()), 0) << "no row changed by: " << sql;
+}
+
+bool store_transition(Ledger& ledger, std::string_view id, S from, S to, Reason reason,
+                      std::string_view owner, std::int64_t epoch) {
+  const Transition t{id, from, to, reason, owner, epoch};
+  std::uint8_t applied = 0;
+  EXPECT_TRUE(ledger.transfers().transition({&t, 1}, kLeaseMs, {&applied, 1}).is_ok());
+  return applied != 0;
+}
+
+LegResult apply_leg(Ledger& ledger, LegOp op, std::string_view transfer_id, std::string_view account,
+                    std::int64_t amount, std::string_view currency = {}) {
+  const LegRequest leg{op, transfer_id, account, amount, currency};
+  LegResult result;
+  EXPECT_TRUE(ledger.shard_for(account).apply_legs({&leg, 1}, {&result, 1}).is_ok());
+  return result;
+}
+
+// ---- the state machine ------------------------------------------------------
+
+TEST(TransitionTable, AllThirtySixPairs) {
+  const std::set<std::pair<S, S>> legal = {
+      {S::initial, S::pending},   {S::initial, S::canceling}, {S::pending, S::applied},
+      {S::pending, S::canceling}, {S::applied, S::done},      {S::canceling, S::canceled},
+      {S::canceling, S::applied}};
+  int pairs = 0;
+  int allowed = 0;
+  for (int f = 0; f < kTransferStateCount; ++f) {
+    for (int t = 0; t < kTransferStateCount; ++t) {
+      const auto from = static_cast<S>(f);
+      const auto to = static_cast<S>(t);
+      ++pairs;
+      allowed += is_legal_transition(from, to) ? 1 : 0;
+      EXPECT_EQ(is_legal_transition(from, to), legal.count({from, to}) == 1)
+          << to_string(from) << " -> " << to_string(to);
+    }
+  }
+  EXPECT_EQ(pairs, 36);
+  EXPECT_EQ(allowed, 7);
+  for (int f = 0; f < kTransferStateCount; ++f) {
+    const auto from = static_cast<S>(f);
+    EXPECT_FALSE(is_legal_transition(from, from)) << "self edge on " << to_string(from);
+    EXPECT_FALSE(is_legal_transition(S::done, from));
+    EXPECT_FALSE(is_legal_transition(S::canceled, from));
+    EXPECT_FALSE(is_legal_transition(from, S::initial)) << "nothing returns to initial";
+  }
+}
+
+// ---- fixture: one ledger per test, on 1 or 2 stores ---------------------------
+
+class EngineTest : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  void SetUp() override {
+    const Status s = main_.open(dir_.path() / "main", GetParam());
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+
+  // Every transition the engine wrote in this test was a legal edge, and
+  // the ledger holds every invariant after the scenario.
+  void TearDown() override {
+    if (audit_after_ && main_.ledger) {
+      EXPECT_TRUE(audit_passes(ledger())) << "after the scenario";
+    }
+    for (const Edge& e : observer_.edges) {
+      EXPECT_TRUE(is_legal_transition(e.from, e.to))
+          << "engine wrote " << to_string(e.from) << " -> " << to_string(e.to);
+    }
+    EXPECT_TRUE(observer_.store_errors.empty()) << observer_.store_errors.front();
+  }
+
+  Ledger& ledger() { return *main_.ledger; }
+  // Source on the first store, destination on the last: cross-shard with 2.
+  std::string src(std::string_view name) { return id_on_shard(ledger(), std::string(name) + "-", 0); }
+  std::string dst(std::string_view name) {
+    return id_on_shard(ledger(), std::string(name) + "-", ledger().shard_count() - 1);
+  }
+
+  void accounts(const std::vector<AccountSpec>& specs) {
+    const Status s = create_accounts(ledger(), specs);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+  void submit(const std::vector<Req>& reqs, std::string_view owner = kOwner) {
+    const Status s = insert(ledger(), reqs, owner);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+  // Inserts and runs the transfers as one batch; returns the items.
+  std::vector<SagaItem> run_batch(const std::vector<Req>& reqs) {
+    submit(reqs);
+    std::vector<SagaItem> items = items_for(ledger(), reqs);
+    const Status s = run_engine(ledger(), kOwner, items, observer_);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    return items;
+  }
+  TransferDoc doc(std::string_view id) {
+    std::optional<TransferDoc> d = load(ledger(), id);
+    EXPECT_TRUE(d.has_value()) << id;
+    return d.value_or(TransferDoc{});
+  }
+  void expect_outcome(std::string_view id, S state, Reason reason, std::string_view kinds) {
+    const TransferDoc d = doc(id);
+    EXPECT_EQ(to_string(d.state), to_string(state)) << id;
+    EXPECT_EQ(to_string(d.reason), to_string(reason)) << id;
+    EXPECT_EQ(posting_kinds(ledger(), id), kinds) << id;
+    if (is_terminal(state)) {
+      EXPECT_GT(d.finished_at_ms, 0) << id;
+      EXPECT_FALSE(d.notified) << id;
+    }
+  }
+
+  test::TempDir dir_{"saga-engine-test"};
+  LedgerFiles main_;
+  bool audit_after_ = true;  // off only where a test corrupts the ledger
+  RecordingObserver observer_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Stores, EngineTest, ::testing::Values(std::size_t{1}, std::size_t{2}),
+                         [](const ::testing::TestParamInfo<std::size_t>& p) {
+                           return std::to_string(p.param) + "_store" + (p.param == 1 ? "" : "s");
+                         });
+
+// ---- outcome paths --------------------------------------------------------------
+
+TEST_P(EngineTest, HappyPathWalksInitialPendingAppliedDone) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 1000}, {b, 50}});
+  std::vector<SagaItem> items = run_batch({{"t-1", a, b, 300, ""}});
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_EQ(items[0].state, S::done);
+  EXPECT_FALSE(items[0].dropped);
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  EXPECT_EQ(balance(ledger(), a), 700);
+  EXPECT_EQ(balance(ledger(), b), 350);
+  EXPECT_TRUE(pending_entries(ledger()).empty());
+  const std::vector<std::pair<S, S>> want = {
+      {S::initial, S::pending}, {S::pending, S::applied}, {S::applied, S::done}};
+  ASSERT_EQ(observer_.edges.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(observer_.edges[i].from, want[i].first);
+    EXPECT_EQ(observer_.edges[i].to, want[i].second);
+  }
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, OverdraftCancelsWithInsufficientFundsAndNoPostings) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  std::vector<SagaItem> items = run_batch({{"t-1", a, b, 101, ""}});
+  EXPECT_EQ(items[0].state, S::canceled);
+  expect_outcome("t-1", S::canceled, Reason::insufficient_funds, "none");
+  EXPECT_EQ(balance(ledger(), a), 100);
+  EXPECT_EQ(balance(ledger(), b), 0);
+  ASSERT_EQ(observer_.compensations.size(), 1u);
+  EXPECT_EQ(observer_.compensations[0], Reason::insufficient_funds);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, DebitDownToMinBalanceAppliesOneMoreUnitDoesNot) {
+  const std::string a = src("a"), c = src("c"), b = dst("b");
+  accounts({{a, 0, -500}, {c, 10, 5}, {b, 0}});
+  run_batch({{"t-1", a, b, 500, ""}, {"t-2", c, b, 6, ""}, {"t-3", c, b, 5, ""}});
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  expect_outcome("t-2", S::canceled, Reason::insufficient_funds, "none");
+  expect_outcome("t-3", S::done, Reason::none, "debit+credit");
+  EXPECT_EQ(balance(ledger(), a), -500);
+  EXPECT_EQ(balance(ledger(), c), 5);
+  EXPECT_EQ(balance(ledger(), b), 505);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, UnknownDestinationReversesTheDebitExactlyOnce) {
+  const std::string a = src("a"), ghost = dst("ghost");
+  accounts({{a, 1000}});
+  std::vector<SagaItem> items = run_batch({{"t-1", a, ghost, 400, ""}});
+  EXPECT_EQ(items[0].state, S::canceled);
+  expect_outcome("t-1", S::canceled, Reason::unknown_account, "debit+reverse_debit");
+  EXPECT_EQ(balance(ledger(), a), 1000);
+  EXPECT_TRUE(pending_entries(ledger()).empty());
+  const std::vector<std::string> rows = posting_rows(ledger());
+  EXPECT_EQ(rows, (std::vector<std::string>{"t-1 " + a + " debit 400", "t-1 " + a + " reverse_debit 400"}));
+  // Running the compensation again does not reverse twice.
+  std::vector<SagaItem> again = items_for(ledger(), {{"t-1", a, ghost, 400, ""}});
+  again[0].state = S::canceling;
+  ASSERT_TRUE(run_engine(ledger(), kOwner, again, observer_).is_ok());
+  EXPECT_EQ(posting_rows(ledger()), rows);
+  EXPECT_EQ(balance(ledger(), a), 1000);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, UnknownSourceCancelsWithoutPostings) {
+  const std::string ghost = src("ghost"), b = dst("b");
+  accounts({{b, 10}});
+  run_batch({{"t-1", ghost, b, 5, ""}});
+  expect_outcome("t-1", S::canceled, Reason::unknown_account, "none");
+  EXPECT_EQ(balance(ledger(), b), 10);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, LockedSourceCancelsLockedDestinationReverses) {
+  const std::string a = src("a"), locked_src = src("ls"), b = dst("b"), locked_dst = dst("ld");
+  accounts({{a, 100}, {locked_src, 100, 0, "", true}, {b, 0}, {locked_dst, 0, 0, "", true}});
+  run_batch({{"t-1", locked_src, b, 10, ""}, {"t-2", a, locked_dst, 10, ""}});
+  expect_outcome("t-1", S::canceled, Reason::account_locked, "none");
+  expect_outcome("t-2", S::canceled, Reason::account_locked, "debit+reverse_debit");
+  EXPECT_EQ(balance(ledger(), a), 100);
+  EXPECT_EQ(balance(ledger(), locked_src), 100);
+  EXPECT_EQ(balance(ledger(), b), 0);
+  EXPECT_EQ(balance(ledger(), locked_dst), 0);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, CurrencyMismatchOnEitherLeg) {
+  const std::string eur = src("eur"), any = src("any"), usd = dst("usd"), any_dst = dst("anyd");
+  accounts({{eur, 100, 0, "EUR"}, {any, 100}, {usd, 0, 0, "USD"}, {any_dst, 0}});
+  run_batch({
+      {"t-req-vs-source", eur, any_dst, 10, "USD"},  // the request names USD, the source is EUR
+      {"t-source-vs-dest", eur, usd, 10, ""},        // EUR taken from the source, USD destination
+      {"t-req-vs-dest", any, usd, 10, "EUR"},        // the source takes anything
+      {"t-ok", eur, any_dst, 10, "EUR"},
+  });
+  expect_outcome("t-req-vs-source", S::canceled, Reason::currency_mismatch, "none");
+  expect_outcome("t-source-vs-dest", S::canceled, Reason::currency_mismatch, "debit+reverse_debit");
+  expect_outcome("t-req-vs-dest", S::canceled, Reason::currency_mismatch, "debit+reverse_debit");
+  expect_outcome("t-ok", S::done, Reason::none, "debit+credit");
+  EXPECT_EQ(balance(ledger(), eur), 90);
+  EXPECT_EQ(balance(ledger(), any), 100);
+  EXPECT_EQ(balance(ledger(), usd), 0);
+  EXPECT_EQ(balance(ledger(), any_dst), 10);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, CreditOverflowReversesTheDebit) {
+  const std::string a = src("a"), full = dst("full");
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  accounts({{a, 100}, {full, kMax - 10}});
+  run_batch({{"t-1", a, full, 11, ""}});
+  expect_outcome("t-1", S::canceled, Reason::overflow, "debit+reverse_debit");
+  EXPECT_EQ(balance(ledger(), a), 100);
+  EXPECT_EQ(balance(ledger(), full), kMax - 10);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+// The reservation (docs/RELIABILITY.md): a credit that lands between another
+// transfer's debit and that debit's reversal may not use the room the
+// reversal needs. Without it, the reversal overflowed: a fatal store error,
+// and every worker recovering the transfer stopped the same way.
+TEST_P(EngineTest, ACreditLeavesRoomForThePendingDebitsReversal) {
+  const std::string a = src("a"), ghost = dst("ghost"), c = dst("c");
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  accounts({{a, kMax - 100}, {c, 1000}});
+  // t-1 debited a, then its worker died before the credit.
+  const std::vector<Req> first = {{"t-1", a, ghost, 500, ""}};
+  submit(first);
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 500).status, LegStatus::posted);
+  // Meanwhile t-2 credits a: 500 of a's headroom is t-1's.
+  run_batch({{"t-2", c, a, 400, ""}, {"t-3", c, a, 100, ""}});
+  expect_outcome("t-2", S::canceled, Reason::overflow, "debit+reverse_debit");
+  expect_outcome("t-3", S::done, Reason::none, "debit+credit");
+  // Recovery reverses t-1's debit: it fits.
+  std::vector<SagaItem> items = items_for(ledger(), first);
+  ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
+  expect_outcome("t-1", S::canceled, Reason::unknown_account, "debit+reverse_debit");
+  EXPECT_EQ(balance(ledger(), a), kMax);
+  EXPECT_EQ(balance(ledger(), c), 900);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+// ---- idempotence: every stage run twice ------------------------------------------
+
+TEST_P(EngineTest, EveryStageRunTwiceIsANoOpTheSecondTime) {
+  const std::string a = src("a"), c = src("c"), locked = src("l"), b = dst("b"), ghost = dst("ghost");
+  accounts({{a, 1000}, {c, 5}, {locked, 100, 0, "", true}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-done", a, b, 100, ""},
+                                 {"t-overdraft", c, b, 50, ""},
+                                 {"t-unknown", a, ghost, 70, ""},
+                                 {"t-locked", locked, b, 1, ""}};
+  submit(reqs);
+  const std::vector<SagaItem> fresh = items_for(ledger(), reqs);
+  std::vector<SagaItem> items = fresh;
+  ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
+  expect_outcome("t-done", S::done, Reason::none, "debit+credit");
+  expect_outcome("t-overdraft", S::canceled, Reason::insufficient_funds, "none");
+  expect_outcome("t-unknown", S::canceled, Reason::unknown_account, "debit+reverse_debit");
+  expect_outcome("t-locked", S::canceled, Reason::account_locked, "none");
+
+  const auto balances_before = balances(ledger());
+  const auto postings_before = posting_rows(ledger());
+  const auto pending_before = pending_entries(ledger());
+  std::vector<TransferDoc> docs_before;
+  for (const Req& r : reqs) docs_before.push_back(doc(r.id));
+  const std::size_t transitions_before = observer_.transitions();
+
+  // Replay each transfer from every state on its path, at the same epoch.
+  const std::map<std::string, std::vector<S>> paths = {
+      {"t-done", {S::initial, S::pending, S::applied}},
+      {"t-overdraft", {S::initial, S::pending, S::canceling}},
+      {"t-unknown", {S::initial, S::pending, S::canceling}},
+      {"t-locked", {S::initial, S::pending, S::canceling}}};
+  for (const SagaItem& original : fresh) {
+    for (S from : paths.at(original.id)) {
+      std::vector<SagaItem> replay{original};
+      replay[0].state = from;
+      ASSERT_TRUE(run_engine(ledger(), kOwner, replay, observer_).is_ok());
+      EXPECT_TRUE(replay[0].dropped) << original.id << " replayed from " << to_string(from);
+      EXPECT_EQ(balances(ledger()), balances_before) << original.id << " from " << to_string(from);
+      EXPECT_EQ(posting_rows(ledger()), postings_before) << original.id << " from " << to_string(from);
+      EXPECT_EQ(pending_entries(ledger()), pending_before) << original.id << " from " << to_string(from);
+    }
+  }
+  // The whole batch once more, as it was before the first run.
+  std::vector<SagaItem> again = fresh;
+  ASSERT_TRUE(run_engine(ledger(), kOwner, again, observer_).is_ok());
+  EXPECT_EQ(balances(ledger()), balances_before);
+  EXPECT_EQ(posting_rows(ledger()), postings_before);
+  EXPECT_EQ(observer_.transitions(), transitions_before) << "a replay moved a transfer";
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    const TransferDoc d = doc(reqs[i].id);
+    EXPECT_EQ(d.state, docs_before[i].state) << reqs[i].id;
+    EXPECT_EQ(d.reason, docs_before[i].reason) << reqs[i].id;
+    EXPECT_EQ(d.epoch, docs_before[i].epoch) << reqs[i].id;
+    EXPECT_EQ(d.last_modified_ms, docs_before[i].last_modified_ms) << reqs[i].id;
+    EXPECT_EQ(d.finished_at_ms, docs_before[i].finished_at_ms) << reqs[i].id;
+  }
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, EveryLegAppliedTwiceIsANoOpTheSecondTime) {
+  audit_after_ = false;  // legs without transfer documents: invariant 4 would (rightly) fail
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  EXPECT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 30).status, LegStatus::posted);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 30).status, LegStatus::already_posted);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 30).status, LegStatus::posted);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 30).status, LegStatus::already_posted);
+  EXPECT_EQ(balance(ledger(), a), 70);
+  EXPECT_EQ(balance(ledger(), b), 30);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::release, "t-1", a, 30).status, LegStatus::released);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::release, "t-1", a, 30).status, LegStatus::released);
+  // Compensation of another transfer: reverse once, void once.
+  EXPECT_EQ(apply_leg(ledger(), LegOp::debit, "t-2", a, 20).status, LegStatus::posted);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_credit, "t-2", b, 20).status, LegStatus::voided);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_credit, "t-2", b, 20).status, LegStatus::voided);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_debit, "t-2", a, 20).status, LegStatus::reversed);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_debit, "t-2", a, 20).status, LegStatus::reversed);
+  EXPECT_EQ(balance(ledger(), a), 70);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-2", b, 20).status, LegStatus::voided);
+  // A credit posted before the cancel: the transfer must roll forward.
+  EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 30).status, LegStatus::already_posted);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_credit, "t-1", b, 30).status, LegStatus::credit_posted);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_credit, "t-1", b, 30).status, LegStatus::credit_posted);
+  // A debit voided before it posted never posts.
+  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_debit, "t-3", a, 5).status, LegStatus::voided);
+  EXPECT_EQ(apply_leg(ledger(), LegOp::debit, "t-3", a, 5).status, LegStatus::voided);
+  EXPECT_EQ(balance(ledger(), a), 70);
+  EXPECT_EQ(posting_rows(ledger()),
+            (std::vector<std::string>{"t-1 " + a + " debit 30", "t-1 " + b + " credit 30",
+                                      "t-2 " + a + " debit 20", "t-2 " + a + " reverse_debit 20"}));
+}
+
+TEST_P(EngineTest, ReplayedCompensationIsNotCountedAgain) {
+  const std::string a = src("a"), ghost = dst("ghost");
+  accounts({{a, 100}});
+  const std::vector<Req> reqs = {{"t-1", a, ghost, 10, ""}};
+  run_batch(reqs);
+  ASSERT_EQ(observer_.compensations.size(), 1u);
+  std::vector<SagaItem> replay = items_for(ledger(), reqs);
+  replay[0].state = S::canceling;  // same owner, same epoch: a re-run of the last stage
+  ASSERT_TRUE(run_engine(ledger(), kOwner, replay, observer_).is_ok());
+  EXPECT_TRUE(replay[0].dropped);
+  EXPECT_EQ(observer_.compensations.size(), 1u)
+      << "saga_compensations_total counted a compensation whose transition was fenced out";
+}
+
+// ---- the engine refuses to move a transfer along an edge the store does not hold --
+
+TEST_P(EngineTest, EngineNeverMovesATransferOffItsRecordedState) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-1", a, b, 10, ""}};
+  submit(reqs);
+  // The store holds `initial`; an item claiming `applied` would release and
+  // write applied -> done, which the store's state condition refuses.
+  std::vector<SagaItem> items = items_for(ledger(), reqs);
+  items[0].state = S::applied;
+  ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
+  EXPECT_TRUE(items[0].dropped);
+  EXPECT_EQ(doc("t-1").state, S::initial);
+  EXPECT_EQ(observer_.transitions(), 0u);
+  // Terminal items are left alone: no write at all.
+  items = items_for(ledger(), reqs);
+  for (S terminal : {S::done, S::canceled}) {
+    std::vector<SagaItem> t = items;
+    t[0].state = terminal;
+    ASSERT_TRUE(run_engine(ledger(), kOwner, t, observer_).is_ok());
+    EXPECT_EQ(t[0].state, terminal);
+    EXPECT_FALSE(t[0].dropped);
+  }
+  EXPECT_EQ(doc("t-1").state, S::initial);
+  EXPECT_EQ(posting_kinds(ledger(), "t-1"), "none");
+  // Once done, an item replayed from `initial` cannot take it back.
+  items = items_for(ledger(), reqs);
+  ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
+  ASSERT_EQ(doc("t-1").state, S::done);
+  const std::size_t before = observer_.transitions();
+  std::vector<SagaItem> back = items_for(ledger(), reqs);
+  back[0].state = S::initial;
+  ASSERT_TRUE(run_engine(ledger(), kOwner, back, observer_).is_ok());
+  EXPECT_TRUE(back[0].dropped);
+  EXPECT_EQ(doc("t-1").state, S::done);
+  EXPECT_EQ(observer_.transitions(), before);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, StoreTransitionIsConditionalOnStateOwnerAndEpoch) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  submit({{"t-1", a, b, 10, ""}});
+  EXPECT_FALSE(store_transition(ledger(), "t-1", S::pending, S::applied, Reason::none, kOwner, 1));
+  EXPECT_FALSE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, "someone-else", 1));
+  EXPECT_FALSE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 2));
+  EXPECT_EQ(doc("t-1").state, S::initial);
+  EXPECT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  EXPECT_EQ(doc("t-1").state, S::pending);
+}
+
+// ---- batches equal one-by-one runs --------------------------------------------------
+
+struct Scenario {
+  std::vector<AccountSpec> accounts;
+  std::vector<Req> transfers;
+};
+
+// `hot` accounts with small balances so that some transfers overdraw; a few
+// unknown accounts, one locked account, mixed currencies. With `disjoint`,
+// sources and destinations are different accounts and no credit can fail,
+// so no balance a debit reads depends on an earlier transfer's credit or
+// reversal.
+Scenario random_scenario(std::uint32_t seed, std::size_t transfers, bool disjoint) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Scenario sc;
+  const int hot = pick(5, 8);
+  const int locked = pick(0, hot - 1);
+  for (int i = 0; i < hot; ++i) {
+    AccountSpec a;
+    a.id = "hot-" + std::to_string(i);
+    a.balance = pick(0, 400);
+    a.min_balance = pick(0, 4) == 0 ? -pick(1, 200) : 0;
+    a.currency = i % 3 == 0 ? "EUR" : (i % 3 == 1 ? "" : "USD");
+    const bool is_destination = disjoint && i >= hot / 2;
+    if (is_destination) a.currency.clear();
+    a.locked = i == locked && !is_destination;
+    sc.accounts.push_back(a);
+  }
+  for (std::size_t k = 0; k < transfers; ++k) {
+    Req r;
+    r.id = "t-" + std::to_string(seed) + "-" + std::to_string(k);
+    if (disjoint) {
+      r.from = "hot-" + std::to_string(pick(0, hot / 2 - 1));
+      r.to = "hot-" + std::to_string(pick(hot / 2, hot - 1));
+    } else {
+      const int f = pick(0, hot - 1);
+      int t = pick(0, hot - 2);
+      if (t >= f) ++t;
+      r.from = pick(0, 19) == 0 ? "ghost-" + std::to_string(pick(0, 3)) : "hot-" + std::to_string(f);
+      r.to = pick(0, 12) == 0 ? "ghost-" + std::to_string(pick(4, 7)) : "hot-" + std::to_string(t);
+    }
+    r.amount = pick(1, 250);
+    const int c = pick(0, 9);
+    r.currency = c < 7 ? "" : (c < 9 ? "EUR" : "USD");
+    sc.transfers.push_back(r);
+  }
+  return sc;
+}
+
+struct Outcome {
+  S state = S::initial;
+  Reason reason = Reason::none;
+  bool operator==(const Outcome&) const = default;
+};
+
+// Runs `sc` on a fresh ledger in `folder`: all transfers as one batch, or one
+// engine run per transfer in order. Fills outcomes, balances and postings.
+void run_scenario(const Scenario& sc, const std::filesystem::path& folder, std::size_t stores,
+                  bool one_by_one, std::map<std::string, Outcome>& outcomes,
+                  std::map<std::string, std::int64_t>& final_balances, std::vector<std::string>& postings) {
+  LedgerFiles lf;
+  Status s = lf.open(folder, stores);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  Ledger& ledger = *lf.ledger;
+  s = create_accounts(ledger, sc.accounts);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  s = insert(ledger, sc.transfers, kOwner);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  RecordingObserver observer;
+  std::vector<SagaItem> all = items_for(ledger, sc.transfers);
+  if (one_by_one) {
+    for (SagaItem& item : all) {
+      std::vector<SagaItem> one{item};
+      s = run_engine(ledger, kOwner, one, observer);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      ASSERT_TRUE(is_terminal(one[0].state)) << one[0].id;
+    }
+  } else {
+    s = run_engine(ledger, kOwner, all, observer);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+  for (const Req& r : sc.transfers) {
+    const std::optional<TransferDoc> d = load(ledger, r.id);
+    ASSERT_TRUE(d.has_value());
+    ASSERT_TRUE(is_terminal(d->state)) << r.id << " left " << to_string(d->state);
+    outcomes[r.id] = {d->state, d->reason};
+  }
+  final_balances = balances(ledger);
+  postings = posting_rows(ledger);
+  EXPECT_TRUE(observer.store_errors.empty());
+  for (const Edge& e : observer.edges) EXPECT_TRUE(is_legal_transition(e.from, e.to));
+  EXPECT_TRUE(audit_passes(ledger));
+}
+
+// Compares a batch run with a one-by-one run of the same seeded scenario,
+// seed by seed, naming the first transfer whose outcome differs.
+void compare_batch_with_one_by_one(const std::filesystem::path& dir, std::size_t stores, bool disjoint) {
+  constexpr std::uint32_t kSeeds = 20;
+  constexpr std::size_t kTransfers = 200;
+  int differing_seeds = 0;
+  std::set<Reason> reasons_seen;
+  for (std::uint32_t seed = 1; seed <= kSeeds; ++seed) {
+    const Scenario sc = random_scenario(seed, kTransfers, disjoint);
+    std::map<std::string, Outcome> batch_out, single_out;
+    std::map<std::string, std::int64_t> batch_bal, single_bal;
+    std::vector<std::string> batch_post, single_post;
+    const std::string tag = "seed" + std::to_string(seed);
+    ASSERT_NO_FATAL_FAILURE(
+        run_scenario(sc, dir / (tag + "-batch"), stores, false, batch_out, batch_bal, batch_post));
+    ASSERT_NO_FATAL_FAILURE(
+        run_scenario(sc, dir / (tag + "-single"), stores, true, single_out, single_bal, single_post));
+    for (const auto& [id, o] : single_out) reasons_seen.insert(o.reason);
+    std::size_t differing = 0;
+    std::string first;
+    for (const Req& r : sc.transfers) {
+      const Outcome& b = batch_out[r.id];
+      const Outcome& o = single_out[r.id];
+      if (b == o) continue;
+      if (differing++ == 0) {
+        first = r.id + " (" + r.from + " -> " + r.to + ", " + std::to_string(r.amount) +
+                "): batch " + std::string(to_string(b.state)) + "/" + std::string(to_string(b.reason)) +
+                ", one by one " + std::string(to_string(o.state)) + "/" + std::string(to_string(o.reason));
+      }
+    }
+    const bool same = differing == 0 && batch_bal == single_bal && batch_post == single_post;
+    if (!same) ++differing_seeds;
+    EXPECT_TRUE(same) << "seed " << seed << ": " << differing << " of " << kTransfers
+                      << " outcomes differ; first: " << first;
+  }
+  EXPECT_EQ(differing_seeds, 0) << "seeds whose batch run differs from the one-by-one run";
+  // The scenarios are not trivial: the outcome paths they are meant to mix occur.
+  std::vector<Reason> wanted = {Reason::none, Reason::insufficient_funds, Reason::account_locked,
+                                Reason::currency_mismatch};
+  if (!disjoint) wanted.push_back(Reason::unknown_account);
+  for (Reason r : wanted) EXPECT_EQ(reasons_seen.count(r), 1u) << "no outcome with reason " << to_string(r);
+}
+
+TEST_P(EngineTest, SeededBatchesEqualOneByOneRuns) {
+  compare_batch_with_one_by_one(dir_.path() / "random", GetParam(), false);
+}
+
+TEST_P(EngineTest, SeededBatchesEqualOneByOneRunsWhenSourcesAndDestinationsAreDisjoint) {
+  compare_batch_with_one_by_one(dir_.path() / "disjoint", GetParam(), true);
+}
+
+// The smallest cases behind a difference: a debit in a batch must see the
+// credit (or the reversal) of an earlier transfer of the same batch.
+TEST_P(EngineTest, BatchDebitSeesTheCreditOfAnEarlierTransferInTheBatch) {
+  const std::string a = src("a"), b = dst("b"), c = src("c");
+  accounts({{a, 100}, {b, 0}, {c, 0}});
+  run_batch({{"t-1", a, b, 100, ""}, {"t-2", b, c, 100, ""}});
+  // One by one, t-1 credits b with 100 before t-2 debits it.
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  expect_outcome("t-2", S::done, Reason::none, "debit+credit");
+  EXPECT_EQ(balance(ledger(), c), 100);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, BatchDebitSeesTheReversalOfAnEarlierTransferInTheBatch) {
+  const std::string a = src("a"), ghost = dst("ghost"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  run_batch({{"t-1", a, ghost, 100, ""}, {"t-2", a, b, 100, ""}});
+  // One by one, t-1's debit is reversed before t-2 debits a.
+  expect_outcome("t-1", S::canceled, Reason::unknown_account, "debit+reverse_debit");
+  expect_outcome("t-2", S::done, Reason::none, "debit+credit");
+  EXPECT_EQ(balance(ledger(), b), 100);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+// ---- fencing: stale epochs and zombies ---------------------------------------------
+
+TEST_P(EngineTest, StaleEpochChangesNothing) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
+  submit(reqs);
+  std::vector<SagaItem> stale = items_for(ledger(), reqs);  // worker-a at epoch 1
+  std::optional<TransferDoc> taken;
+  ASSERT_TRUE(ledger().transfers().take_over("t-1", "worker-b", kLeaseMs, taken).is_ok());
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->epoch, 2);
+  EXPECT_EQ(taken->owner, "worker-b");
+  EXPECT_EQ(taken->attempts, 1);
+
+  ASSERT_TRUE(run_engine(ledger(), kOwner, stale, observer_).is_ok());
+  EXPECT_TRUE(stale[0].dropped);
+  EXPECT_EQ(observer_.transitions(), 0u);
+  const TransferDoc after = doc("t-1");
+  EXPECT_EQ(after.state, S::initial);
+  EXPECT_EQ(after.owner, "worker-b");
+  EXPECT_EQ(after.epoch, 2);
+  EXPECT_EQ(after.last_modified_ms, taken->last_modified_ms);
+  EXPECT_EQ(balance(ledger(), a), 100);
+  EXPECT_EQ(balance(ledger(), b), 0);
+  EXPECT_EQ(posting_kinds(ledger(), "t-1"), "none");
+
+  // The new owner finishes it; the stale owner's replay then changes nothing.
+  std::vector<SagaItem> fresh(1);
+  fresh[0].assign(*taken);
+  ASSERT_TRUE(run_engine(ledger(), "worker-b", fresh, observer_).is_ok());
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  stale = items_for(ledger(), reqs);
+  stale[0].epoch = 1;
+  stale[0].state = S::pending;
+  ASSERT_TRUE(run_engine(ledger(), kOwner, stale, observer_).is_ok());
+  EXPECT_TRUE(stale[0].dropped);
+  EXPECT_EQ(balance(ledger(), a), 60);
+  EXPECT_EQ(balance(ledger(), b), 40);
+  EXPECT_EQ(doc("t-1").epoch, 2);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+// Legs are fenced by the journal and by voids, not by the epoch (store.hpp):
+// a stale owner resuming a `pending` transfer may post its legs, but never
+// moves the transfer and never posts a leg twice.
+TEST_P(EngineTest, StaleOwnerOfAPendingTransferNeverMovesItNorAppliesTwice) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
+  submit(reqs);
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  std::vector<SagaItem> stale = items_for(ledger(), reqs);
+  std::optional<TransferDoc> taken;
+  ASSERT_TRUE(ledger().transfers().take_over("t-1", "worker-b", kLeaseMs, taken).is_ok());
+  ASSERT_TRUE(taken.has_value());
+
+  ASSERT_TRUE(run_engine(ledger(), kOwner, stale, observer_).is_ok());
+  EXPECT_TRUE(stale[0].dropped);
+  EXPECT_EQ(doc("t-1").state, S::pending);
+  EXPECT_EQ(doc("t-1").epoch, 2);
+  EXPECT_EQ(observer_.transitions(), 0u);
+
+  std::vector<SagaItem> fresh(1);
+  fresh[0].assign(*taken);
+  ASSERT_TRUE(run_engine(ledger(), "worker-b", fresh, observer_).is_ok());
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  EXPECT_EQ(balance(ledger(), a), 60);
+  EXPECT_EQ(balance(ledger(), b), 40);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, ZombieCanceledByAnotherOwnerPostsNothing) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
+  submit(reqs);
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  std::vector<SagaItem> zombie = items_for(ledger(), reqs);  // A, pending, epoch 1, then paused
+
+  NullObserver quiet;
+  ActionOutcome out;
+  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator-b", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::done) << out.message;
+  EXPECT_EQ(out.state, S::canceled);
+  expect_outcome("t-1", S::canceled, Reason::canceled_by_operator, "none");
+
+  ASSERT_TRUE(run_engine(ledger(), kOwner, zombie, observer_).is_ok());
+  EXPECT_TRUE(zombie[0].dropped);
+  EXPECT_EQ(posting_kinds(ledger(), "t-1"), "none");
+  EXPECT_EQ(balance(ledger(), a), 100);
+  EXPECT_EQ(balance(ledger(), b), 0);
+  EXPECT_EQ(doc("t-1").state, S::canceled);
+  EXPECT_EQ(doc("t-1").owner, "operator-b");
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, ZombieThatDebitedBeforeTheCancelNeverCredits) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
+  submit(reqs);
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  std::vector<SagaItem> zombie = items_for(ledger(), reqs);
+  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
+
+  NullObserver quiet;
+  ActionOutcome out;
+  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator-b", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::done) << out.message;
+  expect_outcome("t-1", S::canceled, Reason::canceled_by_operator, "debit+reverse_debit");
+
+  ASSERT_TRUE(run_engine(ledger(), kOwner, zombie, observer_).is_ok());
+  EXPECT_TRUE(zombie[0].dropped);
+  EXPECT_EQ(posting_kinds(ledger(), "t-1"), "debit+reverse_debit");
+  EXPECT_EQ(balance(ledger(), a), 100);
+  EXPECT_EQ(balance(ledger(), b), 0);
+  EXPECT_TRUE(pending_entries(ledger()).empty());
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+// ---- operator actions -----------------------------------------------------------------
+
+TEST_P(EngineTest, CancelIsRefusedOnceAppliedAndOnceDone) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
+  submit(reqs);
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
+  ASSERT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 40).status, LegStatus::posted);
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::pending, S::applied, Reason::none, kOwner, 1));
+
+  NullObserver quiet;
+  ActionOutcome out;
+  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::refused);
+  EXPECT_EQ(out.state, S::applied);
+  EXPECT_NE(out.message.find("applied"), std::string::npos) << out.message;
+  EXPECT_EQ(doc("t-1").state, S::applied);
+  EXPECT_EQ(doc("t-1").epoch, 1) << "a refused cancel must not take the transfer over";
+
+  std::vector<SagaItem> items = items_for(ledger(), reqs);
+  ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::refused);
+  EXPECT_EQ(out.state, S::done);
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  EXPECT_EQ(balance(ledger(), a), 60);
+  EXPECT_EQ(balance(ledger(), b), 40);
+
+  // Canceled already, and unknown.
+  const std::string ghost = dst("ghost");
+  run_batch({{"t-2", a, ghost, 1, ""}});
+  ASSERT_TRUE(cancel_transfer(ledger(), "t-2", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::preempted);
+  EXPECT_EQ(out.state, S::canceled);
+  EXPECT_NE(out.message.find("already canceled by worker-a (reason unknown_account)"),
+            std::string::npos)
+      << out.message;
+  ASSERT_TRUE(cancel_transfer(ledger(), "t-nope", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::not_found);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+// The operator's own ledger on the same files, whose take_over first lets
+// `act` run: what a worker does between the command's read and its take-over.
+class BeforeTakeOver final : public sim::FaultHooks {
+ public:
+  explicit BeforeTakeOver(std::function<void()> act) : act_(std::move(act)) {}
+  Status on_call(std::string_view op, sim::Phase phase, bool) override {
+    if (op == "take_over" && phase == sim::Phase::before && act_) std::exchange(act_, nullptr)();
+    return Status::ok();
+  }
+
+ private:
+  std::function<void()> act_;
+};
+
+std::unique_ptr<Ledger> operator_ledger(const LedgerFiles& files, sim::FaultHooks& hooks) {
+  std::vector<std::unique_ptr<Store>> stores;
+  for (const auto& f : files.files) {
+    std::unique_ptr<Store> s;
+    EXPECT_TRUE(open_store("sqlite:" + f.string(), s).is_ok());
+    stores.push_back(std::make_unique<sim::FaultStore>(std::move(s), hooks));
+  }
+  return Ledger::from_stores(std::move(stores));
+}
+
+// Issue 19, finding 6: a worker cancels the transfer for its own reason after
+// `sagactl cancel` read it; the command used to report "canceled", exit 0.
+TEST_P(EngineTest, CancelReportsACancelAWorkerMadeAfterItsRead) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-1", a, b, 500, ""}};  // an overdraft
+  submit(reqs);
+  BeforeTakeOver worker_first([&] {
+    std::vector<SagaItem> items = items_for(ledger(), reqs);
+    ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
+  });
+  std::unique_ptr<Ledger> op = operator_ledger(main_, worker_first);
+  NullObserver quiet;
+  ActionOutcome out;
+  ASSERT_TRUE(cancel_transfer(*op, "t-1", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::preempted) << out.message;
+  EXPECT_EQ(out.state, S::canceled);
+  EXPECT_NE(out.message.find("already canceled by worker-a (reason insufficient_funds), not by "
+                             "this command"),
+            std::string::npos)
+      << out.message;
+  expect_outcome("t-1", S::canceled, Reason::insufficient_funds, "none");
+  EXPECT_EQ(doc("t-1").owner, kOwner) << "a finished transfer is not taken over";
+  EXPECT_EQ(doc("t-1").epoch, 1);
+}
+
+// The worker got as far as canceling (its debit posted, the destination
+// unknown) when the command took over: the command finishes that
+// compensation and says whose cancel it was.
+TEST_P(EngineTest, CancelFinishesAWorkersCancelAndSaysSo) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  submit({{"t-1", a, b, 40, ""}});
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
+  BeforeTakeOver worker_first([&] {
+    ASSERT_TRUE(store_transition(ledger(), "t-1", S::pending, S::canceling,
+                                 Reason::account_locked, kOwner, 1));
+  });
+  std::unique_ptr<Ledger> op = operator_ledger(main_, worker_first);
+  NullObserver quiet;
+  ActionOutcome out;
+  ASSERT_TRUE(cancel_transfer(*op, "t-1", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::preempted) << out.message;
+  EXPECT_NE(out.message.find("being canceled by a worker (reason account_locked), not by this "
+                             "command; this command finished that cancel"),
+            std::string::npos)
+      << out.message;
+  expect_outcome("t-1", S::canceled, Reason::account_locked, "debit+reverse_debit");
+  EXPECT_EQ(balance(ledger(), a), 100);
+}
+
+TEST_P(EngineTest, CancelOfAPendingTransferWithBothLegsPostedRollsForward) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  submit({{"t-1", a, b, 40, ""}});
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
+  ASSERT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 40).status, LegStatus::posted);
+
+  NullObserver quiet;
+  ActionOutcome out;
+  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::refused) << out.message;
+  EXPECT_EQ(out.state, S::done);
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+TEST_P(EngineTest, RetryFinishesANonTerminalTransferAndRefusesATerminalOne) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  submit({{"t-1", a, b, 40, ""}});
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  NullObserver quiet;
+  ActionOutcome out;
+  ASSERT_TRUE(retry_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::done) << out.message;
+  EXPECT_EQ(out.state, S::done);
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  EXPECT_EQ(doc("t-1").owner, "operator");
+  EXPECT_EQ(doc("t-1").epoch, 2);
+  ASSERT_TRUE(retry_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::refused);
+  ASSERT_TRUE(retry_transfer(ledger(), "t-nope", "operator", quiet, out).is_ok());
+  EXPECT_EQ(out.result, ActionResult::not_found);
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+// ---- roll-forward -------------------------------------------------------------------
+
+TEST_P(EngineTest, CancelingWithTheCreditPostedRollsForwardToDone) {
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
+  submit(reqs);
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
+  ASSERT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 40).status, LegStatus::posted);
+  ASSERT_TRUE(store_transition(ledger(), "t-1", S::pending, S::canceling, Reason::insufficient_funds,
+                               kOwner, 1));
+
+  std::vector<SagaItem> items = items_for(ledger(), reqs);
+  ASSERT_EQ(items[0].state, S::canceling);
+  ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
+  EXPECT_EQ(items[0].state, S::done);
+  expect_outcome("t-1", S::done, Reason::none, "debit+credit");
+  ASSERT_EQ(observer_.edges.size(), 2u);
+  EXPECT_EQ(observer_.edges[0].from, S::canceling);
+  EXPECT_EQ(observer_.edges[0].to, S::applied);
+  EXPECT_EQ(observer_.edges[1].from, S::applied);
+  EXPECT_EQ(observer_.edges[1].to, S::done);
+  EXPECT_TRUE(observer_.compensations.empty());
+  EXPECT_EQ(balance(ledger(), a), 60);
+  EXPECT_EQ(balance(ledger(), b), 40);
+  EXPECT_TRUE(pending_entries(ledger()).empty());
+  EXPECT_TRUE(audit_passes(ledger()));
+}
+
+// ---- the audit catches corruption -------------------------------------------------------
+
+TEST_P(EngineTest, AuditFailsOnACorruptedLedger) {
+  audit_after_ = false;
+  const std::string a = src("a"), b = dst("b");
+  accounts({{a, 100}, {b, 0}});
+  run_batch({{"t-1", a, b, 40, ""}});
+  ASSERT_TRUE(audit_passes(ledger()));
+
+  auto failed_invariants = [&] {
+    AuditReport report;
+    EXPECT_TRUE(run_audit(ledger(), {}, report).is_ok());
+    std::set<int> failed;
+    for (const AuditCheck& c : report.checks) {
+      if (!c.ok) failed.insert(c.invariant);
+    }
+    EXPECT_FALSE(report.ok());
+    return std::pair{failed, report.to_text()};
+  };
+
+  // A balance changed behind the journal's back: conservation and journal.
+  exec_sql(main_.file_of(a), "UPDATE accounts SET balance = balance + 7 WHERE id = '" + a + "'");
+  auto [failed, text] = failed_invariants();
+  EXPECT_EQ(failed, (std::set<int>{1, 3})) << text;
+  EXPECT_NE(text.find(a), std::string::npos) << text;
+  exec_sql(main_.file_of(a), "UPDATE accounts SET balance = balance - 7 WHERE id = '" + a + "'");
+  ASSERT_TRUE(audit_passes(ledger()));
+
+  // A pending entry naming a done transfer.
+  exec_sql(main_.file_of(b), "INSERT INTO pending(account_id, transfer_id) VALUES ('" + b + "', 't-1')");
+  std::tie(failed, text) = failed_invariants();
+  EXPECT_EQ(failed, (std::set<int>{5})) << text;
+  exec_sql(main_.file_of(b), "DELETE FROM pending WHERE account_id = '" + b + "'");
+
+  // A reservation that is not what the pending debits hold.
+  exec_sql(main_.file_of(a), "UPDATE accounts SET reserved = 5 WHERE id = '" + a + "'");
+  std::tie(failed, text) = failed_invariants();
+  EXPECT_EQ(failed, (std::set<int>{3})) << text;
+  EXPECT_NE(text.find(a + ": reserved 5 != pending debits 0"), std::string::npos) << text;
+  exec_sql(main_.file_of(a), "UPDATE accounts SET reserved = 0 WHERE id = '" + a + "'");
+  ASSERT_TRUE(audit_passes(ledger()));
+
+  // A balance below its minimum.
+  exec_sql(main_.file_of(a), "UPDATE accounts SET min_balance = 1000 WHERE id = '" + a + "'");
+  std::tie(failed, text) = failed_invariants();
+  EXPECT_EQ(failed, (std::set<int>{2})) << text;
+  exec_sql(main_.file_of(a), "UPDATE accounts SET min_balance = 0 WHERE id = '" + a + "'");
+
+  // A done transfer that lost its credit.
+  exec_sql(main_.file_of(b), "DELETE FROM postings WHERE transfer_id = 't-1' AND kind = 'credit'");
+  std::tie(failed, text) = failed_invariants();
+  EXPECT_TRUE(failed.count(3) == 1 && failed.count(4) == 1) << text;
+}
+
+}  // namespace
+}  // namespace sagapool
