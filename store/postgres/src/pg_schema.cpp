@@ -1,724 +1,78 @@
 #include "pg_schema.hpp"
 
 #include <array>
+#include <stdexcept>
 
+#include "embedded_sql.hpp"
+#include "sagapool/named_sql.hpp"
 #include "sagapool/store.hpp"
 
 namespace sagapool::pg {
 
-// The meta table exists before any version does; exactly one row.
-const std::string_view kCreateMeta = R"sql(
-CREATE TABLE IF NOT EXISTS saga_meta (
-  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-  schema_version integer NOT NULL,
-  ledger_id text,
-  shard_index integer,
-  shard_count integer
-))sql";
+const std::string_view kCreateMeta = embedded::sql_meta;
 
 namespace {
 
-// Version 1: the tables. Times are bigint milliseconds since the Unix epoch
-// on the server's clock. NULL reason = none, NULL finished_at = not finished.
-constexpr std::string_view kV1 = R"sql(
-CREATE TABLE saga_transfers (
-  id text PRIMARY KEY,
-  source text NOT NULL,
-  destination text NOT NULL,
-  amount bigint NOT NULL CHECK (amount > 0),
-  currency text NOT NULL,
-  metadata text NOT NULL,
-  payload_hash bigint NOT NULL,
-  state text NOT NULL
-    CHECK (state IN ('initial', 'pending', 'applied', 'canceling', 'done', 'canceled')),
-  owner text NOT NULL,
-  epoch bigint NOT NULL,
-  lease_until_ms bigint NOT NULL,
-  reason text CHECK (reason IN ('invalid', 'conflict', 'unknown_account', 'account_locked',
-    'insufficient_funds', 'currency_mismatch', 'canceled_by_operator', 'overflow')),
-  created_at_ms bigint NOT NULL,
-  last_modified_ms bigint NOT NULL,
-  requested_at_ms bigint NOT NULL,
-  finished_at_ms bigint,
-  attempts integer NOT NULL,
-  notified boolean NOT NULL,
-  origin_topic text NOT NULL,
-  origin_partition integer NOT NULL,
-  origin_offset bigint NOT NULL
-);
--- The recovery pass: unfinished or unpublished work by lease expiry.
-CREATE INDEX saga_transfers_recovery ON saga_transfers (lease_until_ms)
-  WHERE state IN ('initial', 'pending', 'applied', 'canceling') OR NOT notified;
--- `sagactl stuck`: unfinished work by age.
-CREATE INDEX saga_transfers_stale ON saga_transfers (last_modified_ms)
-  WHERE state IN ('initial', 'pending', 'applied', 'canceling');
--- Per-state gauges of unfinished work, answered from this (small) index alone.
-CREATE INDEX saga_transfers_state ON saga_transfers (state, created_at_ms, lease_until_ms)
-  WHERE state IN ('initial', 'pending', 'applied', 'canceling');
-
-CREATE TABLE saga_accounts (
-  id text PRIMARY KEY,
-  balance bigint NOT NULL,
-  opening_balance bigint NOT NULL,
-  min_balance bigint NOT NULL,
-  currency text NOT NULL,
-  locked boolean NOT NULL
-);
-
--- The double-entry journal; never deleted. seq orders it.
-CREATE TABLE saga_postings (
-  seq bigint GENERATED ALWAYS AS IDENTITY,
-  transfer_id text NOT NULL,
-  account_id text NOT NULL REFERENCES saga_accounts (id),
-  kind text NOT NULL CHECK (kind IN ('debit', 'credit', 'reverse_debit')),
-  amount bigint NOT NULL CHECK (amount > 0),
-  at_ms bigint NOT NULL,
-  PRIMARY KEY (transfer_id, account_id, kind)
-);
-CREATE INDEX saga_postings_account ON saga_postings (account_id, seq);
-
--- The seeds' pendingTransactions, one row per entry.
-CREATE TABLE saga_pending (
-  account_id text NOT NULL REFERENCES saga_accounts (id),
-  transfer_id text NOT NULL,
-  PRIMARY KEY (account_id, transfer_id)
-);
-
--- A void fences a leg against zombies: once present, that leg never posts.
--- No foreign key: a leg on an unknown account is voided too.
-CREATE TABLE saga_leg_voids (
-  transfer_id text NOT NULL,
-  account_id text NOT NULL,
-  kind text NOT NULL CHECK (kind IN ('debit', 'credit')),
-  at_ms bigint NOT NULL,
-  PRIMARY KEY (transfer_id, account_id, kind)
-);
-)sql";
-
-// Version 2: the reservation that keeps every debit's reversal within
-// INT64_MAX. An account's `reserved` is the sum of its pending entries'
-// `reserved` (a debit's amount, 0 for a credit), filled here from the
-// pending debits not reversed.
-constexpr std::string_view kV2 = R"sql(
-ALTER TABLE saga_accounts ADD COLUMN reserved bigint NOT NULL DEFAULT 0;
-ALTER TABLE saga_pending ADD COLUMN reserved bigint NOT NULL DEFAULT 0;
-UPDATE saga_pending e SET reserved = d.amount
-  FROM saga_postings d
-  WHERE d.transfer_id = e.transfer_id AND d.account_id = e.account_id AND d.kind = 'debit'
-    AND NOT EXISTS (SELECT 1 FROM saga_postings r WHERE r.transfer_id = d.transfer_id
-                      AND r.account_id = d.account_id AND r.kind = 'reverse_debit');
-UPDATE saga_accounts a SET reserved = s.total
-  FROM (SELECT account_id, sum(reserved) AS total FROM saga_pending GROUP BY account_id) s
-  WHERE s.account_id = a.id AND s.total <> 0;
-)sql";
-
-// The functions are code, not data: every `sagactl init` (re)installs them
-// with CREATE OR REPLACE (same signatures), so a store at the current schema
-// version gets the current code too.
-//
-// Each batch function is a handful of set-based statements over the input
-// arrays (unnest ... WITH ORDINALITY keeps input order), not one statement
-// per record: per-statement overhead, not the rows, was the cost. They run
-// in the caller's transaction, which may be a whole batch's (a scope), so
-// none of them commits, and every statement takes a fresh snapshot (READ
-// COMMITTED: the scope says so when it begins). Times come from
-// clock_timestamp() (saga_now_ms), not now(): now() is frozen at the start
-// of the transaction, and a lease must be measured from when it is written.
-constexpr std::string_view kFunctions = R"sql(
-CREATE OR REPLACE FUNCTION saga_now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
-$$ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
-
--- Results: 0 inserted, 1 duplicate, 2 conflict, -1 vanished (an error), one
--- row per input, in order. An id named twice in one batch: the first is
--- inserted, the later ones compare with it, as one by one.
-CREATE OR REPLACE FUNCTION saga_insert_transfers(
-    p_id text[], p_source text[], p_destination text[], p_amount bigint[], p_currency text[],
-    p_metadata text[], p_hash bigint[], p_requested_at bigint[], p_topic text[],
-    p_partition integer[], p_offset bigint[], p_owner text, p_lease_ms bigint)
-  RETURNS SETOF smallint LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_now bigint := saga_now_ms();
-  v_inserted text[];
-BEGIN
-  WITH ins AS (
-    INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata,
-        payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms,
-        last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic,
-        origin_partition, origin_offset)
-      SELECT u.id, u.source, u.destination, u.amount, u.currency, u.metadata, u.hash,
-          'initial', p_owner, 1, v_now + p_lease_ms, NULL, v_now, v_now, u.requested, NULL, 0,
-          false, u.topic, u.part, u.off
-        FROM unnest(p_id, p_source, p_destination, p_amount, p_currency, p_metadata, p_hash,
-            p_requested_at, p_topic, p_partition, p_offset) WITH ORDINALITY
-          AS u(id, source, destination, amount, currency, metadata, hash, requested, topic,
-            part, off, n)
-        ORDER BY u.n
-      ON CONFLICT (id) DO NOTHING
-      RETURNING id)
-  SELECT array_agg(ins.id) INTO v_inserted FROM ins;
-  -- A new statement, so a new snapshot: a row a concurrent insert committed
-  -- (ON CONFLICT skipped it) is visible here, and so are our own.
-  RETURN QUERY
-    SELECT CASE
-        WHEN u.n = u.first AND i.id IS NOT NULL THEN 0::smallint
-        WHEN t.id IS NULL THEN -1::smallint
-        WHEN t.payload_hash = u.hash AND t.source = u.source AND t.destination = u.destination
-            AND t.amount = u.amount AND t.currency = u.currency AND t.metadata = u.metadata
-          THEN 1::smallint
-        ELSE 2::smallint END
-      FROM (SELECT x.*, min(x.n) OVER (PARTITION BY x.id) AS first
-              FROM unnest(p_id, p_source, p_destination, p_amount, p_currency, p_metadata,
-                  p_hash) WITH ORDINALITY
-                AS x(id, source, destination, amount, currency, metadata, hash, n)) u
-      LEFT JOIN unnest(v_inserted) AS i(id) ON i.id = u.id
-      LEFT JOIN saga_transfers t ON t.id = u.id
-      ORDER BY u.n;
-END $$;
-
--- One row per input, in order: the time written (the terminal states'
--- finished_at, which outcomes report), or NULL when not applied. Applied only
--- in `from`, owned by (owner, epoch). One UPDATE for the batch; a batch naming
--- an id twice (the engine never sends one) is applied one record at a time,
--- so a later record sees the earlier one's change. p_now: the time to write,
--- NULL for now; a call split over several statements writes one time.
-DROP FUNCTION IF EXISTS saga_transition(text[], text[], text[], text[], text[], bigint[], bigint);
-CREATE OR REPLACE FUNCTION saga_transition_at(p_id text[], p_from text[], p_to text[],
-    p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint, p_now bigint)
-  RETURNS SETOF bigint LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_now bigint := coalesce(p_now, saga_now_ms());
-  v_n integer := coalesce(array_length(p_id, 1), 0);
-  v_terminal boolean;
-BEGIN
-  IF v_n > 1 AND (SELECT count(DISTINCT x) FROM unnest(p_id) AS x) < v_n THEN
-    FOR i IN 1 .. v_n LOOP
-      v_terminal := p_to[i] IN ('done', 'canceled');
-      UPDATE saga_transfers t
-        SET state = p_to[i], reason = NULLIF(p_reason[i], 'none'), last_modified_ms = v_now,
-            lease_until_ms = v_now + p_lease_ms,
-            finished_at_ms = CASE WHEN v_terminal THEN v_now ELSE t.finished_at_ms END,
-            notified = CASE WHEN v_terminal THEN false ELSE t.notified END
-        WHERE t.id = p_id[i] AND t.state = p_from[i] AND t.owner = p_owner[i]
-          AND t.epoch = p_epoch[i];
-      RETURN NEXT CASE WHEN FOUND THEN v_now END;
-    END LOOP;
-    RETURN;
-  END IF;
-  RETURN QUERY
-    WITH u AS (
-      SELECT x.*, x.to_state IN ('done', 'canceled') AS terminal
-        FROM unnest(p_id, p_from, p_to, p_reason, p_owner, p_epoch) WITH ORDINALITY
-          AS x(id, from_state, to_state, reason, owner, epoch, n)),
-    upd AS (
-      UPDATE saga_transfers t
-        SET state = u.to_state, reason = NULLIF(u.reason, 'none'), last_modified_ms = v_now,
-            lease_until_ms = v_now + p_lease_ms,
-            finished_at_ms = CASE WHEN u.terminal THEN v_now ELSE t.finished_at_ms END,
-            notified = CASE WHEN u.terminal THEN false ELSE t.notified END
-        FROM u
-        WHERE t.id = u.id AND t.state = u.from_state AND t.owner = u.owner AND t.epoch = u.epoch
-        RETURNING u.n)
-    SELECT CASE WHEN upd.n IS NOT NULL THEN v_now END FROM u LEFT JOIN upd ON upd.n = u.n ORDER BY u.n;
-END $$;
--- The call of schema 2's first builds, kept for their workers.
-CREATE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[],
-    p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint)
-  RETURNS SETOF bigint LANGUAGE sql VOLATILE AS $$
-  SELECT saga_transition_at(p_id, p_from, p_to, p_reason, p_owner, p_epoch, p_lease_ms, NULL::bigint)
-$$;
-
--- SKIP LOCKED: concurrent claimers split the expired rows between them and
--- never claim the same one; a row changed since the snapshot is re-checked
--- before it is locked.
-CREATE OR REPLACE FUNCTION saga_claim_expired(p_owner text, p_lease_ms bigint, p_limit bigint)
-  RETURNS SETOF saga_transfers LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_now bigint := saga_now_ms();
-BEGIN
-  RETURN QUERY
-    UPDATE saga_transfers t
-      SET owner = p_owner, epoch = t.epoch + 1, attempts = t.attempts + 1,
-          lease_until_ms = v_now + p_lease_ms
-      WHERE t.id IN (
-        SELECT c.id FROM saga_transfers c
-          WHERE c.lease_until_ms < v_now
-            AND (c.state IN ('initial', 'pending', 'applied', 'canceling') OR NOT c.notified)
-          ORDER BY c.lease_until_ms
-          LIMIT p_limit
-          FOR UPDATE SKIP LOCKED)
-      RETURNING t.*;
-END $$;
-
--- Serialises everything that decides on an account id that has no row yet:
--- legs (a void written from "no such account") and the account's creation.
--- FOR UPDATE locks nothing where there is no row, so without this a leg
--- voided for an unknown account could be posted by a paused worker once an
--- operator created the account, before the void committed (money destroyed
--- or created; docs/design-additions.md, "Legs on accounts that do not exist
--- yet"). Transaction-scoped advisory locks on 256 buckets of the id's hash:
--- a batch holds at most 256 of them whatever its size (the lock table is
--- small), and only batches naming a missing account, or creating accounts,
--- take any. Taken in bucket order and before any row lock, so lockers
--- never wait on each other in a cycle.
-CREATE OR REPLACE FUNCTION saga_lock_account_ids(p_id text[]) RETURNS void
-  LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  k integer;
-BEGIN
-  FOR k IN SELECT DISTINCT hashtext(x) & 255 FROM unnest(p_id) AS x ORDER BY 1 LOOP
-    PERFORM pg_advisory_xact_lock(1935763297, k);  -- 'saga' in ASCII: the class
-  END LOOP;
-END $$;
-
--- The ids in p_id that have no account row: what saga_lock_account_ids guards.
-CREATE OR REPLACE FUNCTION saga_missing_accounts(p_id text[]) RETURNS text[]
-  LANGUAGE sql STABLE AS $$
-  SELECT coalesce(array_agg(DISTINCT u.id), '{}') FROM unnest(p_id) AS u(id)
-    WHERE NOT EXISTS (SELECT 1 FROM saga_accounts a WHERE a.id = u.id)
-$$;
-
--- The planning read of a batch transaction: the batch's accounts, locked in
--- one order (the legs that follow lock subsets of them, so two batches never
--- wait on each other's accounts in opposite orders), after the buckets of
--- the ids that have no row.
-CREATE OR REPLACE FUNCTION saga_load_accounts_locked(p_id text[]) RETURNS SETOF saga_accounts
-  LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-  PERFORM saga_lock_account_ids(saga_missing_accounts(p_id));
-  RETURN QUERY SELECT * FROM saga_accounts WHERE id = ANY (p_id) ORDER BY id FOR UPDATE;
-END $$;
-
--- One row per leg, in input order: (status, reason, account currency).
--- The result of applying the legs one by one, computed in three phases:
--- 1. lock the batch's accounts (one order, so batches sharing accounts
---    queue instead of deadlocking) and read them, then read what the
---    journal, the voids and the pending list hold for every (transfer,
---    account) pair of the batch: a few statements, each after the lock, so
---    each sees everything committed before it was granted;
--- 2. walk the legs in order over that state, in memory (arrays): a leg sees
---    the balances and postings of the legs before it;
--- 3. write what changed: the new postings in leg order, the balances, the
---    pending entries and the voids, one statement each.
--- Only legs on locked accounts post, so nothing else can write the same
--- postings meanwhile: a unique violation there is a bug, and is raised.
--- The session's holding place for pending entries added inside a batch
--- transaction (see saga_apply_legs). Temporary: no WAL, emptied at every
--- commit or rollback, after saga_flush_scope_pending moved what is left.
-CREATE OR REPLACE FUNCTION saga_create_scope_pending() RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-  CREATE TEMP TABLE IF NOT EXISTS saga_scope_pending (
-    account_id text NOT NULL,
-    transfer_id text NOT NULL,
-    reserved bigint NOT NULL,
-    PRIMARY KEY (account_id, transfer_id)
-  ) ON COMMIT DELETE ROWS;
-END $$;
-
--- Run by the store just before a batch transaction's COMMIT (in the same
--- round trip): the entries still held become saga_pending rows.
-CREATE OR REPLACE FUNCTION saga_flush_scope_pending() RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-  IF to_regclass('pg_temp.saga_scope_pending') IS NULL THEN
-    RETURN;
-  END IF;
-  INSERT INTO saga_pending (account_id, transfer_id, reserved)
-    SELECT t.account_id, t.transfer_id, t.reserved FROM pg_temp.saga_scope_pending t
-    ON CONFLICT (account_id, transfer_id) DO UPDATE SET reserved = EXCLUDED.reserved;
-  DELETE FROM pg_temp.saga_scope_pending;
-END $$;
-
-CREATE OR REPLACE FUNCTION saga_apply_legs(p_op text[], p_transfer text[], p_account text[],
-    p_amount bigint[], p_currency text[])
-  RETURNS TABLE (o_status text, o_reason text, o_currency text)
-  LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  c_max constant numeric := 9223372036854775807;
-  v_now bigint := saga_now_ms();
-  v_n integer := coalesce(array_length(p_op, 1), 0);
-  -- accounts, by slot (id order)
-  a_id text[];
-  a_bal bigint[];
-  a_bal0 bigint[];
-  a_res bigint[];
-  a_res0 bigint[];
-  a_min bigint[];
-  a_cur text[];
-  a_locked boolean[];
-  -- per leg: its account's slot (NULL: no such account) and its pair's
-  l_acc integer[];
-  l_pair integer[];
-  -- per (transfer, account) pair: as stored (…0) and as the legs leave it
-  q_tr text[];
-  q_acc text[];
-  q_debit bigint[];  -- amount of the posted debit, NULL: none
-  q_credit boolean[];
-  q_rev boolean[];
-  q_vdebit boolean[];
-  q_vdebit0 boolean[];
-  q_vcredit boolean[];
-  q_vcredit0 boolean[];
-  q_need boolean[];
-  q_pend boolean[];  -- as the pair's last leg leaves its pending entry; NULL: untouched
-  q_held bigint[];   -- what the pair's pending entry reserves; NULL: no entry
-  -- new postings, in leg order
-  w_n integer := 0;
-  w_tr text[] := '{}';
-  w_acc text[] := '{}';
-  w_kind text[] := '{}';
-  w_amount bigint[] := '{}';
-  k integer;
-  q integer;
-  v_amount bigint;
-  v_debit boolean;
-  -- what phase 3 has to write besides postings and balances
-  v_pend_added boolean := false;
-  v_pend_dropped boolean := false;
-  v_voided boolean := false;
-  -- Inside a batch transaction (the store sets saga.scope), pending entries
-  -- this transaction adds go to the session's saga_scope_pending, and the
-  -- store moves what is left of them into saga_pending just before COMMIT
-  -- (saga_flush_scope_pending): an entry added and released in the same
-  -- transaction never touches saga_pending (no row, index entry, foreign
-  -- key check or dead tuple). q_real: the pair's entry is in saga_pending.
-  v_scoped boolean := coalesce(current_setting('saga.scope', true), '') = 'on';
-  q_real boolean[];
-  v_real_dropped boolean := false;
-BEGIN
-  IF v_n = 0 THEN
-    RETURN;
-  END IF;
-  IF to_regclass('pg_temp.saga_scope_pending') IS NULL THEN
-    PERFORM saga_create_scope_pending();
-  END IF;
-  -- Ids with no row: their buckets first. The next statement's snapshot then
-  -- sees any account created before the lock was granted.
-  PERFORM saga_lock_account_ids(saga_missing_accounts(p_account));
-  SELECT array_agg(a.id ORDER BY a.id), array_agg(a.balance ORDER BY a.id),
-      array_agg(a.min_balance ORDER BY a.id), array_agg(a.currency ORDER BY a.id),
-      array_agg(a.locked ORDER BY a.id), array_agg(a.reserved ORDER BY a.id)
-    INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
-    FROM (SELECT * FROM saga_accounts WHERE id IN (SELECT unnest(p_account))
-            ORDER BY id FOR UPDATE) a;
-  a_bal0 := a_bal;
-  a_res0 := a_res;
-  -- A pair is named by its first leg: pair slots are leg positions.
-  SELECT array_agg(s.k ORDER BY u.n), array_agg(u.first ORDER BY u.n)
-    INTO l_acc, l_pair
-    FROM (SELECT x.n, x.acc, min(x.n) OVER (PARTITION BY x.tr, x.acc)::integer AS first
-            FROM unnest(p_transfer, p_account) WITH ORDINALITY AS x(tr, acc, n)) u
-    LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
-  -- What the journal and the voids hold for each pair, one index range of
-  -- each per pair; a pair only released needs neither. Of the pending list
-  -- only what each pair's entry reserves is read (a release or a reversal
-  -- gives back exactly that); the list is written as the pair's last leg
-  -- leaves it.
-  q_need := array_fill(false, ARRAY[v_n]);
-  FOR i IN 1 .. v_n LOOP
-    q := l_pair[i];
-    IF q = i THEN
-      q_tr[q] := p_transfer[i];
-      q_acc[q] := p_account[i];
-    END IF;
-    IF p_op[i] <> 'release' THEN
-      q_need[q] := true;
-    END IF;
-  END LOOP;
-  SELECT array_agg(x.debit ORDER BY x.n), array_agg(coalesce(x.credit, false) ORDER BY x.n),
-      array_agg(coalesce(x.rev, false) ORDER BY x.n),
-      array_agg(coalesce(x.vdebit, false) ORDER BY x.n),
-      array_agg(coalesce(x.vcredit, false) ORDER BY x.n), array_agg(x.held ORDER BY x.n),
-      array_agg(x.is_real ORDER BY x.n)
-    INTO q_debit, q_credit, q_rev, q_vdebit, q_vcredit, q_held, q_real
-    FROM (SELECT y.n, j.debit, j.credit, j.rev, v.vdebit, v.vcredit,
-              coalesce(t.reserved, e.reserved) AS held, e.account_id IS NOT NULL AS is_real
-            FROM unnest(q_tr, q_acc, q_need) WITH ORDINALITY AS y(tr, acc, need, n)
-            LEFT JOIN saga_pending e ON e.account_id = y.acc AND e.transfer_id = y.tr
-            LEFT JOIN pg_temp.saga_scope_pending t
-              ON t.account_id = y.acc AND t.transfer_id = y.tr
-            LEFT JOIN LATERAL (
-              SELECT max(p.amount) FILTER (WHERE p.kind = 'debit') AS debit,
-                  bool_or(p.kind = 'credit') AS credit, bool_or(p.kind = 'reverse_debit') AS rev
-                FROM saga_postings p
-                WHERE y.need AND p.transfer_id = y.tr AND p.account_id = y.acc) j ON true
-            LEFT JOIN LATERAL (
-              SELECT bool_or(w.kind = 'debit') AS vdebit, bool_or(w.kind = 'credit') AS vcredit
-                FROM saga_leg_voids w
-                WHERE y.need AND w.transfer_id = y.tr AND w.account_id = y.acc) v ON true) x;
-  q_vdebit0 := q_vdebit;
-  q_vcredit0 := q_vcredit;
-  q_pend := array_fill(NULL::boolean, ARRAY[v_n]);
-
-  FOR i IN 1 .. v_n LOOP
-    k := l_acc[i];
-    q := l_pair[i];
-    o_status := NULL;
-    o_reason := NULL;
-    o_currency := '';
-    CASE p_op[i]
-    WHEN 'debit', 'credit' THEN
-      v_debit := p_op[i] = 'debit';
-      o_currency := coalesce(a_cur[k], '');
-      IF (v_debit AND q_vdebit[q]) OR (NOT v_debit AND q_vcredit[q]) THEN
-        o_status := 'voided';
-      ELSIF (v_debit AND q_debit[q] IS NOT NULL) OR (NOT v_debit AND q_credit[q]) THEN
-        o_status := 'already_posted';
-      ELSIF k IS NULL THEN
-        o_status := 'refused'; o_reason := 'unknown_account';
-      ELSIF a_locked[k] THEN
-        o_status := 'refused'; o_reason := 'account_locked';
-      ELSIF p_currency[i] <> '' AND a_cur[k] <> '' AND a_cur[k] <> p_currency[i] THEN
-        o_status := 'refused'; o_reason := 'currency_mismatch';
-      -- numeric: no bigint overflow while checking; an underflow is insufficient.
-      ELSIF v_debit AND a_bal[k]::numeric - p_amount[i] < a_min[k] THEN
-        o_status := 'refused'; o_reason := 'insufficient_funds';
-      -- A debit reserves its amount for its reversal; a credit may not eat
-      -- into what is reserved, so every reversal fits.
-      ELSIF v_debit AND a_res[k]::numeric + p_amount[i] > c_max THEN
-        o_status := 'refused'; o_reason := 'overflow';
-      ELSIF NOT v_debit AND a_bal[k]::numeric + a_res[k] + p_amount[i] > c_max THEN
-        o_status := 'refused'; o_reason := 'overflow';
-      ELSE
-        w_n := w_n + 1;
-        w_tr[w_n] := p_transfer[i];
-        w_acc[w_n] := p_account[i];
-        w_kind[w_n] := p_op[i];
-        w_amount[w_n] := p_amount[i];
-        IF v_debit THEN
-          a_bal[k] := a_bal[k] - p_amount[i];
-          a_res[k] := a_res[k] + p_amount[i];
-          q_debit[q] := p_amount[i];
-          q_held[q] := coalesce(q_held[q], 0) + p_amount[i];
-        ELSE
-          a_bal[k] := a_bal[k] + p_amount[i];
-          q_credit[q] := true;
-          q_held[q] := coalesce(q_held[q], 0);
-        END IF;
-        q_pend[q] := true;
-        v_pend_added := true;
-        o_status := 'posted';
-      END IF;
-    WHEN 'cancel_debit' THEN
-      o_currency := coalesce(a_cur[k], '');
-      v_amount := q_debit[q];
-      IF v_amount IS NULL THEN
-        q_vdebit[q] := true;
-        v_voided := true;
-        o_status := 'voided';
-      ELSE
-        -- Reverse exactly what was posted, once.
-        IF NOT q_rev[q] THEN
-          IF k IS NULL THEN
-            RAISE EXCEPTION 'transfer % has a debit on account %, which does not exist',
-              p_transfer[i], p_account[i];
-          END IF;
-          -- The debit's reservation keeps room for this; it can only be
-          -- missing if the entry was released first (the engine never does).
-          IF a_bal[k]::numeric + v_amount > c_max THEN
-            RAISE EXCEPTION 'reversing the debit of transfer % would overflow account %',
-              p_transfer[i], p_account[i];
-          END IF;
-          w_n := w_n + 1;
-          w_tr[w_n] := p_transfer[i];
-          w_acc[w_n] := p_account[i];
-          w_kind[w_n] := 'reverse_debit';
-          w_amount[w_n] := v_amount;
-          a_bal[k] := a_bal[k] + v_amount;
-          a_res[k] := a_res[k] - coalesce(q_held[q], 0);
-          q_held[q] := NULL;
-          q_rev[q] := true;
-          q_pend[q] := false;
-          v_pend_dropped := true;
-        END IF;
-        o_status := 'reversed';
-      END IF;
-    WHEN 'cancel_credit' THEN
-      IF q_credit[q] THEN
-        o_status := 'credit_posted';
-      ELSE
-        q_vcredit[q] := true;
-        v_voided := true;
-        o_status := 'voided';
-      END IF;
-    WHEN 'release' THEN
-      IF k IS NOT NULL THEN
-        a_res[k] := a_res[k] - coalesce(q_held[q], 0);
-      END IF;
-      q_held[q] := NULL;
-      q_pend[q] := false;
-      v_pend_dropped := true;
-      o_status := 'released';
-    ELSE
-      RAISE EXCEPTION 'unknown leg operation %', p_op[i];
-    END CASE;
-    RETURN NEXT;
-  END LOOP;
-
-  IF w_n > 0 THEN
-    INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
-      SELECT w.tr, w.acc, w.kind, w.amount, v_now
-        FROM unnest(w_tr, w_acc, w_kind, w_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
-        ORDER BY w.n;
-  END IF;
-  IF w_n > 0 OR v_pend_dropped THEN
-    UPDATE saga_accounts a SET balance = s.bal, reserved = s.res
-      FROM unnest(a_id, a_bal, a_bal0, a_res, a_res0) AS s(id, bal, bal0, res, res0)
-      WHERE a.id = s.id AND (s.bal <> s.bal0 OR s.res <> s.res0);
-  END IF;
-  IF v_pend_added AND (NOT v_scoped OR true = ANY (q_real)) THEN
-    INSERT INTO saga_pending (account_id, transfer_id, reserved)
-      SELECT x.acc, x.tr, x.held
-        FROM unnest(q_tr, q_acc, q_pend, q_held, q_real) AS x(tr, acc, pend, held, is_real)
-        WHERE x.pend AND (x.is_real OR NOT v_scoped)
-      ON CONFLICT (account_id, transfer_id) DO UPDATE SET reserved = EXCLUDED.reserved;
-  END IF;
-  IF v_pend_added THEN
-    IF v_scoped THEN
-      INSERT INTO pg_temp.saga_scope_pending (account_id, transfer_id, reserved)
-        SELECT x.acc, x.tr, x.held
-          FROM unnest(q_tr, q_acc, q_pend, q_held, q_real) AS x(tr, acc, pend, held, is_real)
-          WHERE x.pend AND NOT x.is_real
-        ON CONFLICT (account_id, transfer_id) DO UPDATE SET reserved = EXCLUDED.reserved;
-    END IF;
-  END IF;
-  IF v_pend_dropped THEN
-    FOR q IN 1 .. v_n LOOP
-      v_real_dropped := v_real_dropped OR coalesce(NOT q_pend[q] AND q_real[q], false);
-    END LOOP;
-    -- One primary-key probe per entry (a scalar subquery is never turned
-    -- into a join), whatever the statistics say: written as a join, an
-    -- ANALYZE that saw the table nearly empty made it a walk of the whole,
-    -- dead-tuple laden index for every batch, 10-30x slower (bench/REPORT.md).
-    IF v_real_dropped THEN
-      DELETE FROM saga_pending e
-        WHERE e.ctid = ANY (ARRAY(
-          SELECT (SELECT s.ctid FROM saga_pending s
-                    WHERE s.account_id = x.acc AND s.transfer_id = x.tr)
-            FROM unnest(q_tr, q_acc, q_pend, q_real) AS x(tr, acc, pend, is_real)
-            WHERE NOT x.pend AND x.is_real));
-    END IF;
-    IF v_scoped THEN
-      DELETE FROM pg_temp.saga_scope_pending e
-        USING unnest(q_tr, q_acc, q_pend, q_real) AS x(tr, acc, pend, is_real)
-        WHERE NOT x.pend AND e.account_id = x.acc AND e.transfer_id = x.tr;
-    END IF;
-  END IF;
-  IF v_voided THEN
-    INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
-      SELECT x.tr, x.acc, 'debit', v_now
-          FROM unnest(q_tr, q_acc, q_vdebit, q_vdebit0) AS x(tr, acc, v, v0)
-          WHERE x.v AND NOT x.v0
-        UNION ALL
-        SELECT x.tr, x.acc, 'credit', v_now
-          FROM unnest(q_tr, q_acc, q_vcredit, q_vcredit0) AS x(tr, acc, v, v0)
-          WHERE x.v AND NOT x.v0
-      ON CONFLICT DO NOTHING;
-  END IF;
-END $$;
-
--- All or nothing: returns the first id that exists already or is named
--- twice (nothing inserted), NULL once every account is inserted.
-CREATE OR REPLACE FUNCTION saga_create_accounts(p_id text[], p_balance bigint[],
-    p_min_balance bigint[], p_currency text[], p_locked boolean[])
-  RETURNS text LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_clash text;
-BEGIN
-  -- A leg that found one of these ids missing finishes first (its void
-  -- commits before the account exists), and none starts meanwhile.
-  PERFORM saga_lock_account_ids(p_id);
-  SELECT u.id INTO v_clash FROM unnest(p_id) WITH ORDINALITY AS u(id, n)
-    WHERE EXISTS (SELECT 1 FROM saga_accounts a WHERE a.id = u.id)
-    ORDER BY u.n LIMIT 1;
-  IF v_clash IS NOT NULL THEN
-    RETURN v_clash;
-  END IF;
-  SELECT u.id INTO v_clash FROM unnest(p_id) WITH ORDINALITY AS u(id, n)
-    GROUP BY u.id HAVING count(*) > 1 ORDER BY min(u.n) LIMIT 1;
-  IF v_clash IS NOT NULL THEN
-    RETURN v_clash;
-  END IF;
-  INSERT INTO saga_accounts (id, balance, opening_balance, min_balance, currency, locked)
-    SELECT u.id, u.balance, u.balance, u.min_balance, u.currency, u.locked
-      FROM unnest(p_id, p_balance, p_min_balance, p_currency, p_locked)
-        AS u(id, balance, min_balance, currency, locked);
-  RETURN NULL;
-END $$;
-)sql";
-
-constexpr std::array<std::string_view, 2> kMigrations = {kV1, kV2};
+// One file per schema version, in order (sql/migrations/).
+constexpr std::array<std::string_view, 2> kMigrations = {
+    embedded::sql_migrations_0001_tables,
+    embedded::sql_migrations_0002_reservation,
+};
 static_assert(kMigrations.size() == kSchemaVersion, "one migration per schema version");
 
-#define SAGA_TRANSFER_COLUMNS                                                                \
-  "id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, " \
-  "lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, "               \
-  "finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset"
-#define SAGA_UNFINISHED "('initial', 'pending', 'applied', 'canceling')"
-#define SAGA_ACCOUNT_COLUMNS "id, balance, opening_balance, min_balance, currency, locked, reserved"
-#define SAGA_POSTING_COLUMNS "transfer_id, account_id, kind, amount, at_ms"
+// Prepared statements' names, in the order of Sql.
+constexpr std::array<const char*, kSqlCount> kStatementNames = {
+    "saga_now",
+    "saga_read_meta",
+    "saga_write_topology",
+    "saga_insert_transfers",
+    "saga_transition",
+    "saga_claim_expired",
+    "saga_take_over",
+    "saga_mark_notified",
+    "saga_load_transfer",
+    "saga_list_stale",
+    "saga_state_stats",
+    "saga_scan_transfer_states",
+    "saga_apply_legs",
+    "saga_create_accounts",
+    "saga_load_account",
+    "saga_load_accounts",
+    "saga_load_accounts_locked",
+    "saga_set_locked",
+    "saga_postings_for_transfer",
+    "saga_postings_for_account",
+    "saga_pending_for_account",
+    "saga_scan_accounts",
+    "saga_scan_postings",
+    "saga_scan_pending",
+};
 
-// Indexed by Sql.
-constexpr std::array<Statement, kSqlCount> kStatements = {{
-    {"saga_now", "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"},
-    {"saga_read_meta", "SELECT schema_version, ledger_id, shard_index, shard_count FROM saga_meta"},
-    {"saga_write_topology",
-     "UPDATE saga_meta SET ledger_id = $1, shard_index = $2, shard_count = $3"},
-    {"saga_insert_transfers",
-     "SELECT r FROM saga_insert_transfers($1::text[], $2::text[], $3::text[], $4::bigint[], "
-     "$5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::integer[], "
-     "$11::bigint[], $12, $13) AS r"},
-    {"saga_transition",
-     "SELECT r FROM saga_transition_at($1::text[], $2::text[], $3::text[], $4::text[], "
-     "$5::text[], $6::bigint[], $7, $8) AS r"},
-    {"saga_claim_expired", "SELECT " SAGA_TRANSFER_COLUMNS " FROM saga_claim_expired($1, $2, $3)"},
-    {"saga_take_over",
-     "UPDATE saga_transfers SET owner = $2, epoch = epoch + 1, attempts = attempts + 1, "
-     "lease_until_ms = (SELECT saga_now_ms()) + $3 WHERE id = $1 AND state IN " SAGA_UNFINISHED
-     " RETURNING " SAGA_TRANSFER_COLUMNS},
-    {"saga_mark_notified",
-     "UPDATE saga_transfers SET notified = true WHERE id = ANY ($1::text[]) "
-     "AND NOT notified AND state IN ('done', 'canceled')"},
-    {"saga_load_transfer", "SELECT " SAGA_TRANSFER_COLUMNS " FROM saga_transfers WHERE id = $1"},
-    {"saga_list_stale",
-     "SELECT " SAGA_TRANSFER_COLUMNS " FROM saga_transfers WHERE state IN " SAGA_UNFINISHED
-     " AND last_modified_ms < $1 ORDER BY last_modified_ms, id LIMIT $2"},
-    {"saga_state_stats",
-     "SELECT state, count(*), coalesce(min(created_at_ms), 0), count(*) FILTER (WHERE "
-     "lease_until_ms < (SELECT saga_now_ms())) FROM saga_transfers WHERE state IN " SAGA_UNFINISHED
-     " GROUP BY state"},
-    {"saga_scan_transfer_states", "SELECT id, state, notified FROM saga_transfers"},
-    {"saga_apply_legs",
-     "SELECT o_status, o_reason, o_currency FROM saga_apply_legs($1::text[], $2::text[], "
-     "$3::text[], $4::bigint[], $5::text[])"},
-    {"saga_create_accounts",
-     "SELECT saga_create_accounts($1::text[], $2::bigint[], $3::bigint[], $4::text[], "
-     "$5::boolean[])"},
-    {"saga_load_account", "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_accounts WHERE id = $1"},
-    {"saga_load_accounts",
-     "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_accounts WHERE id = ANY (SELECT unnest($1::text[]))"},
-    // Inside a batch transaction (a scope) the planning read also locks the
-    // batch's accounts (saga_load_accounts_locked), so the plan sees the
-    // balances the legs will.
-    {"saga_load_accounts_locked",
-     "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_load_accounts_locked($1::text[])"},
-    {"saga_set_locked", "UPDATE saga_accounts SET locked = $2 WHERE id = $1"},
-    {"saga_postings_for_transfer",
-     "SELECT " SAGA_POSTING_COLUMNS " FROM saga_postings WHERE transfer_id = $1 ORDER BY seq"},
-    {"saga_postings_for_account",
-     "SELECT " SAGA_POSTING_COLUMNS " FROM saga_postings WHERE account_id = $1 "
-     "ORDER BY seq DESC LIMIT $2"},
-    {"saga_pending_for_account",
-     "SELECT transfer_id FROM saga_pending WHERE account_id = $1 ORDER BY transfer_id"},
-    {"saga_scan_accounts", "SELECT " SAGA_ACCOUNT_COLUMNS " FROM saga_accounts"},
-    {"saga_scan_postings", "SELECT " SAGA_POSTING_COLUMNS " FROM saga_postings"},
-    {"saga_scan_pending", "SELECT account_id, transfer_id FROM saga_pending"},
-}};
+// sql/statements.sql, in the order of Sql. A name the enum has and the file
+// lacks, or the reverse, is a build mistake, reported on first use.
+struct Statements {
+  NamedSql file{embedded::sql_statements};
+  std::array<Statement, kSqlCount> by_sql{};
+
+  Statements() {
+    if (file.size() != kSqlCount) throw std::logic_error("statements.sql: wrong number of statements");
+    for (std::size_t i = 0; i < kSqlCount; ++i) {
+      by_sql[i] = Statement{kStatementNames[i], file[kStatementNames[i]].c_str()};
+    }
+  }
+};
+
+const Statements& statements() {
+  static const Statements all;
+  return all;
+}
 
 }  // namespace
 
 std::span<const std::string_view> migrations() { return kMigrations; }
 
-std::string_view functions() { return kFunctions; }
+std::string_view functions() { return embedded::sql_functions; }
 
-const Statement& statement(Sql s) { return kStatements[static_cast<std::size_t>(s)]; }
+const Statement& statement(Sql s) { return statements().by_sql[static_cast<std::size_t>(s)]; }
 
 }  // namespace sagapool::pg

@@ -1,6 +1,7 @@
 #pragma once
-// The PostgreSQL schema (versioned migrations) and the SQL text of every
-// statement the backend prepares. Private to the PostgreSQL backend.
+// The PostgreSQL schema (versioned migrations), its functions and the text of
+// every statement the backend prepares: the files of store/postgres/sql/,
+// embedded at build time. Private to the PostgreSQL backend.
 #include <cstdint>
 #include <span>
 #include <string_view>

@@ -12,68 +12,21 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "embedded_sql.hpp"
+#include "sagapool/named_sql.hpp"
 #include "sagapool/sqlite_store.hpp"
 #include "sqlite_util.hpp"
 
 namespace sagapool {
 namespace {
 
-// Unfinished work: not terminal, or its outcome not yet published. Spelled
-// with comparisons, not IN: an IN list in an index predicate opens a
-// temporary b-tree on every write of a transfer row. Queries repeat it
-// verbatim so the planner can use the partial index.
-#define SAGA_OPEN_TRANSFER "((state <> 'done' AND state <> 'canceled') OR notified = 0)"
-#define SAGA_NOT_TERMINAL "state <> 'done' AND state <> 'canceled'"
-
-constexpr const char* kSchema[] = {
-    R"(CREATE TABLE IF NOT EXISTS meta (
-         key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID)",
-    R"(CREATE TABLE IF NOT EXISTS transfers (
-         id TEXT PRIMARY KEY,
-         source TEXT NOT NULL, destination TEXT NOT NULL, amount INTEGER NOT NULL,
-         currency TEXT NOT NULL, metadata TEXT NOT NULL, payload_hash INTEGER NOT NULL,
-         state TEXT NOT NULL, owner TEXT NOT NULL, epoch INTEGER NOT NULL,
-         lease_until INTEGER NOT NULL, reason TEXT NOT NULL,
-         created_at INTEGER NOT NULL, last_modified INTEGER NOT NULL,
-         requested_at INTEGER NOT NULL, finished_at INTEGER NOT NULL,
-         attempts INTEGER NOT NULL, notified INTEGER NOT NULL,
-         origin_topic TEXT NOT NULL, origin_partition INTEGER NOT NULL,
-         origin_offset INTEGER NOT NULL) WITHOUT ROWID)",
-    // The recovery pass and the stuck gauges read only unfinished work.
-    "DROP INDEX IF EXISTS transfers_unfinished",  // spelled with IN before
-    "CREATE INDEX IF NOT EXISTS transfers_open ON transfers(lease_until) WHERE " SAGA_OPEN_TRANSFER,
-    // reserved: the sum of the pending entries' reserved (schema version 2).
-    R"(CREATE TABLE IF NOT EXISTS accounts (
-         id TEXT PRIMARY KEY, balance INTEGER NOT NULL, opening_balance INTEGER NOT NULL,
-         min_balance INTEGER NOT NULL, currency TEXT NOT NULL,
-         locked INTEGER NOT NULL, reserved INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID)",
-    R"(CREATE TABLE IF NOT EXISTS postings (
-         transfer_id TEXT NOT NULL, account_id TEXT NOT NULL, kind TEXT NOT NULL,
-         amount INTEGER NOT NULL, at INTEGER NOT NULL,
-         PRIMARY KEY (transfer_id, account_id, kind)) WITHOUT ROWID)",
-    R"(CREATE INDEX IF NOT EXISTS postings_account ON postings(account_id, at))",
-    // reserved: what the entry holds in its account's reserved (a debit's
-    // amount, 0 for a credit); given back when the entry is dropped.
-    R"(CREATE TABLE IF NOT EXISTS pending (
-         account_id TEXT NOT NULL, transfer_id TEXT NOT NULL,
-         reserved INTEGER NOT NULL DEFAULT 0,
-         PRIMARY KEY (account_id, transfer_id)) WITHOUT ROWID)",
-    // A void fences a leg against zombies: once present, that leg never posts.
-    R"(CREATE TABLE IF NOT EXISTS leg_voids (
-         transfer_id TEXT NOT NULL, account_id TEXT NOT NULL, kind TEXT NOT NULL,
-         PRIMARY KEY (transfer_id, account_id, kind)) WITHOUT ROWID)",
-};
-
-constexpr const char* kTransferColumns =
-    "id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, "
-    "lease_until, reason, created_at, last_modified, requested_at, finished_at, attempts, "
-    "notified, origin_topic, origin_partition, origin_offset";
-
-// A pending entry added again (a debit and a credit of one transfer on one
-// account; the engine never sends that) holds both reservations.
-constexpr const char* kAddPending =
-    "INSERT OR FAIL INTO pending(account_id, transfer_id, reserved) VALUES (?1, ?2, ?3) "
-    "ON CONFLICT(account_id, transfer_id) DO UPDATE SET reserved = reserved + excluded.reserved";
+// The schema (sql/schema.sql, sql/migrations/) and every statement
+// (sql/statements.sql), embedded at build time.
+const NamedSql& sql_file() {
+  static const NamedSql file{sqlite_embedded::sql_statements};
+  return file;
+}
+const std::string& sql(std::string_view name) { return sql_file()[name]; }
 
 std::int64_t wall_now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -117,54 +70,34 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     if (Status s = refuse_newer_schema(); !s) return s;
-    for (const char* stmt : kSchema) {
-      if (Status s = exec(stmt); !s) return s;
-    }
-    if (Status s = add_reserved_columns(); !s) return s;
-    if (Status s = exec("INSERT INTO meta(key, value) VALUES ('schema_version', '" +
-                        std::to_string(kSchemaVersion) +
-                        "') ON CONFLICT(key) DO UPDATE SET value = excluded.value");
-        !s)
-      return s;
+    if (Status s = exec(std::string(sqlite_embedded::sql_schema)); !s) return s;
+    if (Status s = upgrade_to_reservation(); !s) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare(sql("write_meta"), st); !s) return s;
+    const std::string version = std::to_string(kSchemaVersion);
+    bind_arg(st, 1, std::string_view("schema_version"));
+    bind_arg(st, 2, version);
+    if (Status s = step_done(st, "write schema version"); !s) return s;
     return tx.commit();
   }
 
-  // Upgrade from schema version 1: the reservation columns, filled from the
-  // pending entries of debits not reversed. Only when a column is added, so
-  // a second `init` changes nothing.
-  Status add_reserved_columns() {
-    bool added = false;
-    for (const char* table : {"accounts", "pending"}) {
-      Stmt* st = nullptr;
-      if (Status s = prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = 'reserved'", st); !s)
-        return s;
-      bind_arg(st, 1, std::string_view(table));
-      const int rc = sqlite3_step(st->get());
-      sqlite3_reset(st->get());
-      if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
-      if (rc == SQLITE_ROW) continue;
-      if (Status s = exec(std::string("ALTER TABLE ") + table +
-                          " ADD COLUMN reserved INTEGER NOT NULL DEFAULT 0");
-          !s)
-        return s;
-      added = true;
-    }
-    if (!added) return Status::ok();
-    if (Status s = exec("UPDATE pending SET reserved = coalesce((SELECT d.amount FROM postings d "
-                        "WHERE d.transfer_id = pending.transfer_id AND d.account_id = "
-                        "pending.account_id AND d.kind = 'debit' AND NOT EXISTS (SELECT 1 FROM "
-                        "postings r WHERE r.transfer_id = d.transfer_id AND r.account_id = "
-                        "d.account_id AND r.kind = 'reverse_debit')), 0)");
-        !s)
-      return s;
-    return exec("UPDATE accounts SET reserved = coalesce((SELECT sum(e.reserved) FROM pending e "
-                "WHERE e.account_id = accounts.id), 0)");
+  // A store made by schema version 1 has no reservation columns: version 2's
+  // migration adds and fills them. Checked first, so a second `init` changes
+  // nothing.
+  Status upgrade_to_reservation() {
+    Stmt* st = nullptr;
+    if (Status s = prepare(sql("has_reserved_column"), st); !s) return s;
+    const int rc = sqlite3_step(st->get());
+    sqlite3_reset(st->get());
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
+    if (rc == SQLITE_ROW) return Status::ok();
+    return exec(std::string(sqlite_embedded::sql_migrations_0002_reservation));
   }
 
   Status refuse_newer_schema() {
     if (Status s = has_table("meta", out_bool_); !s || !out_bool_) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT value FROM meta WHERE key = 'schema_version'", st); !s) return s;
+    if (Status s = prepare(sql("read_schema_version"), st); !s) return s;
     const int rc = sqlite3_step(st->get());
     const int version = rc == SQLITE_ROW ? sqlite3_column_int(st->get(), 0) : 0;
     sqlite3_reset(st->get());
@@ -180,7 +113,7 @@ class SqliteStore final : public Store {
     if (Status s = has_table("meta", out_bool_); !s) return s;
     if (!out_bool_) return Status::ok();
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT key, value FROM meta", st); !s) return s;
+    if (Status s = prepare(sql("read_meta"), st); !s) return s;
     Topology t;
     int found = 0;
     for (;;) {
@@ -203,11 +136,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("INSERT INTO meta(key, value) VALUES (?1, ?2) "
-                           "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("write_meta"), st); !s) return s;
     const std::pair<const char*, std::string> rows[] = {
         {"ledger_id", t.ledger_id},
         {"shard_index", std::to_string(t.shard_index)},
@@ -253,20 +182,8 @@ class SqliteStore final : public Store {
     if (Status s = tx.begin(); !s) return s;
     Stmt* ins = nullptr;
     Stmt* get = nullptr;
-    if (Status s = prepare(
-            "INSERT INTO transfers(id, source, destination, amount, currency, metadata, "
-            "payload_hash, state, owner, epoch, lease_until, reason, created_at, last_modified, "
-            "requested_at, finished_at, attempts, notified, origin_topic, origin_partition, "
-            "origin_offset) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'initial', ?8, 1, ?9, 'none', "
-            "?10, ?10, ?11, 0, 0, 0, ?12, ?13, ?14) ON CONFLICT(id) DO NOTHING",
-            ins);
-        !s)
-      return s;
-    if (Status s = prepare("SELECT payload_hash, source, destination, amount, currency, "
-                           "metadata FROM transfers WHERE id = ?1",
-                           get);
-        !s)
-      return s;
+    if (Status s = prepare(sql("insert_transfer"), ins); !s) return s;
+    if (Status s = prepare(sql("transfer_payload"), get); !s) return s;
     const std::int64_t now = wall_now_ms();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const NewTransfer& t = batch[i];
@@ -342,14 +259,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(
-            "UPDATE OR FAIL transfers SET state = ?1, reason = ?2, last_modified = ?3, lease_until = ?4, "
-            "finished_at = CASE WHEN ?7 THEN ?3 ELSE finished_at END, "
-            "notified = CASE WHEN ?7 THEN 0 ELSE notified END "
-            "WHERE id = ?5 AND state = ?6 AND owner = ?8 AND epoch = ?9",
-            st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("transition"), st); !s) return s;
     const std::int64_t now = wall_now_ms();
     if (at_ms != nullptr) *at_ms = now;
     for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -388,15 +298,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(std::string("UPDATE OR FAIL transfers SET owner = ?1, epoch = epoch + 1, "
-                                       "attempts = attempts + 1, lease_until = ?2 + ?3 "
-                                       "WHERE id IN (SELECT id FROM transfers WHERE "
-                                       SAGA_OPEN_TRANSFER " AND lease_until < ?2 "
-                                       "ORDER BY lease_until LIMIT ?4) RETURNING ") +
-                               kTransferColumns,
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("claim_expired"), st); !s) return s;
     bind_arg(st, 1, owner);
     bind_arg(st, 2, wall_now_ms());
     bind_arg(st, 3, lease_ms);
@@ -412,13 +314,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(std::string("UPDATE OR FAIL transfers SET owner = ?1, epoch = epoch + 1, "
-                                       "attempts = attempts + 1, lease_until = ?2 "
-                                       "WHERE id = ?3 AND " SAGA_NOT_TERMINAL " RETURNING ") +
-                               kTransferColumns,
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("take_over"), st); !s) return s;
     bind_arg(st, 1, owner);
     bind_arg(st, 2, wall_now_ms() + lease_ms);
     bind_arg(st, 3, id);
@@ -438,11 +334,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("UPDATE OR FAIL transfers SET notified = 1 WHERE id = ?1 AND notified = 0 "
-                           "AND (state = 'done' OR state = 'canceled')",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("mark_notified"), st); !s) return s;
     for (std::string_view id : ids) {
       bind_arg(st, 1, id);
       if (Status s = step_done(st, "mark notified"); !s) return s;
@@ -454,11 +346,7 @@ class SqliteStore final : public Store {
     if (Status s = write_behind(); !s) return s;
     out.reset();
     Stmt* st = nullptr;
-    if (Status s = prepare(std::string("SELECT ") + kTransferColumns +
-                               " FROM transfers WHERE id = ?1",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("load_transfer"), st); !s) return s;
     bind_arg(st, 1, id);
     std::vector<TransferDoc> docs;
     if (Status s = read_docs(st, docs, "load transfer"); !s) return s;
@@ -471,13 +359,7 @@ class SqliteStore final : public Store {
     if (Status s = write_behind(); !s) return s;
     out.clear();
     Stmt* st = nullptr;
-    if (Status s = prepare(std::string("SELECT ") + kTransferColumns +
-                               " FROM transfers WHERE state IN "
-                               "('initial','pending','applied','canceling') "
-                               "AND last_modified < ?1 ORDER BY last_modified LIMIT ?2",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("list_stale"), st); !s) return s;
     bind_arg(st, 1, before_ms);
     bind_arg(st, 2, static_cast<std::int64_t>(limit));
     return read_docs(st, out, "list stale");
@@ -487,12 +369,7 @@ class SqliteStore final : public Store {
     if (Status s = write_behind(); !s) return s;
     out = {};
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT state, count(*), min(created_at), sum(lease_until < ?1) "
-                           "FROM transfers WHERE " SAGA_OPEN_TRANSFER " AND " SAGA_NOT_TERMINAL " "
-                           "GROUP BY state",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("state_stats"), st); !s) return s;
     bind_arg(st, 1, wall_now_ms());
     for (;;) {
       const int rc = sqlite3_step(st->get());
@@ -513,7 +390,7 @@ class SqliteStore final : public Store {
       const std::function<void(std::string_view, TransferState, bool)>& fn) override {
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT id, state, notified FROM transfers", st); !s) return s;
+    if (Status s = prepare(sql("scan_transfer_states"), st); !s) return s;
     for (;;) {
       const int rc = sqlite3_step(st->get());
       if (rc == SQLITE_DONE) break;
@@ -553,12 +430,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("INSERT INTO accounts(id, balance, opening_balance, min_balance, "
-                           "currency, locked) VALUES (?1, ?2, ?2, ?3, ?4, ?5) "
-                           "ON CONFLICT(id) DO NOTHING",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("create_account"), st); !s) return s;
     for (const Account& a : accounts) {
       bind_arg(st, 1, a.id);
       bind_arg(st, 2, a.balance);
@@ -582,11 +454,7 @@ class SqliteStore final : public Store {
   Status read_account(std::string_view id, std::optional<Account>& out) {
     out.reset();
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked, "
-                           "reserved FROM accounts WHERE id = ?1",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("load_account"), st); !s) return s;
     bind_arg(st, 1, id);
     return scan_account_rows(st, [&](const Account& a) { out = a; });
   }
@@ -612,7 +480,7 @@ class SqliteStore final : public Store {
     if (Status s = write_behind(); !s) return s;
     scope_accounts_.clear();
     Stmt* st = nullptr;
-    if (Status s = prepare("UPDATE OR FAIL accounts SET locked = ?1 WHERE id = ?2", st); !s) return s;
+    if (Status s = prepare(sql("set_locked"), st); !s) return s;
     bind_arg(st, 1, static_cast<std::int64_t>(locked));
     bind_arg(st, 2, id);
     if (Status s = step_done(st, "set locked"); !s) return s;
@@ -623,11 +491,7 @@ class SqliteStore final : public Store {
   Status postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) override {
     out.clear();
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT transfer_id, account_id, kind, amount, at FROM postings "
-                           "WHERE transfer_id = ?1 ORDER BY at, kind",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("postings_for_transfer"), st); !s) return s;
     bind_arg(st, 1, transfer_id);
     return scan_posting_rows(st, [&](const Posting& p) { out.push_back(p); });
   }
@@ -636,11 +500,7 @@ class SqliteStore final : public Store {
                               std::vector<Posting>& out) override {
     out.clear();
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT transfer_id, account_id, kind, amount, at FROM postings "
-                           "WHERE account_id = ?1 ORDER BY at DESC LIMIT ?2",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("postings_for_account"), st); !s) return s;
     bind_arg(st, 1, account_id);
     bind_arg(st, 2, static_cast<std::int64_t>(limit));
     return scan_posting_rows(st, [&](const Posting& p) { out.push_back(p); });
@@ -651,8 +511,7 @@ class SqliteStore final : public Store {
     transfer_ids.clear();
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT transfer_id FROM pending WHERE account_id = ?1", st); !s)
-      return s;
+    if (Status s = prepare(sql("pending_for_account"), st); !s) return s;
     bind_arg(st, 1, account_id);
     for (;;) {
       const int rc = sqlite3_step(st->get());
@@ -667,26 +526,20 @@ class SqliteStore final : public Store {
   Status scan_accounts(const std::function<void(const Account&)>& fn) override {
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT id, balance, opening_balance, min_balance, currency, locked, "
-                           "reserved FROM accounts",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("scan_accounts"), st); !s) return s;
     return scan_account_rows(st, fn);
   }
 
   Status scan_postings(const std::function<void(const Posting&)>& fn) override {
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT transfer_id, account_id, kind, amount, at FROM postings", st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("scan_postings"), st); !s) return s;
     return scan_posting_rows(st, fn);
   }
 
   Status scan_pending(const std::function<void(const PendingEntry&)>& fn) override {
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT account_id, transfer_id FROM pending", st); !s) return s;
+    if (Status s = prepare(sql("scan_pending"), st); !s) return s;
     PendingEntry e;
     for (;;) {
       const int rc = sqlite3_step(st->get());
@@ -715,28 +568,13 @@ class SqliteStore final : public Store {
 
   Status prepare_legs(Legs& l) {
     const std::pair<Stmt**, const char*> stmts[] = {
-        {&l.probe,
-         "SELECT EXISTS(SELECT 1 FROM leg_voids WHERE transfer_id = ?1 AND account_id = ?2 "
-         "AND kind = ?3), EXISTS(SELECT 1 FROM postings WHERE transfer_id = ?1 AND "
-         "account_id = ?2 AND kind = ?3), a.id IS NOT NULL, a.balance, a.min_balance, "
-         "a.currency, a.locked, a.reserved FROM (SELECT 1) LEFT JOIN accounts a ON a.id = ?2"},
-        {&l.insert_posting,
-         "INSERT OR FAIL INTO postings(transfer_id, account_id, kind, amount, at) "
-         "VALUES (?1, ?2, ?3, ?4, ?5)"},
-        {&l.set_balance,
-         "UPDATE OR FAIL accounts SET balance = ?1, reserved = reserved + ?3 WHERE id = ?2"},
-        {&l.add_pending, kAddPending},
-        {&l.drop_pending,
-         "DELETE FROM pending WHERE account_id = ?1 AND transfer_id = ?2 RETURNING reserved"},
-        {&l.unreserve, "UPDATE OR FAIL accounts SET reserved = reserved - ?1 WHERE id = ?2"},
-        {&l.insert_void,
-         "INSERT OR FAIL INTO leg_voids(transfer_id, account_id, kind) VALUES (?1, ?2, ?3) "
-         "ON CONFLICT DO NOTHING"},
-        {&l.has_posting,
-         "SELECT amount FROM postings WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3"},
+        {&l.probe, "leg_probe"},         {&l.insert_posting, "insert_posting"},
+        {&l.set_balance, "set_balance"}, {&l.add_pending, "add_pending"},
+        {&l.drop_pending, "drop_pending"}, {&l.unreserve, "unreserve"},
+        {&l.insert_void, "insert_void"}, {&l.has_posting, "posting_amount"},
     };
-    for (const auto& [slot, sql] : stmts) {
-      if (Status s = prepare(sql, *slot); !s) return s;
+    for (const auto& [slot, name] : stmts) {
+      if (Status s = prepare(sql(name), *slot); !s) return s;
     }
     return Status::ok();
   }
@@ -1044,9 +882,7 @@ class SqliteStore final : public Store {
 
   Status has_table(const char* name, bool& out) {
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("has_table"), st); !s) return s;
     bind_arg(st, 1, std::string_view(name));
     const int rc = sqlite3_step(st->get());
     sqlite3_reset(st->get());
@@ -1214,11 +1050,7 @@ class SqliteStore final : public Store {
 
   Status has_void(const LegRequest& req, PostingKind kind, bool& found) {
     Stmt* st = nullptr;
-    if (Status s = prepare("SELECT 1 FROM leg_voids WHERE transfer_id = ?1 AND account_id = ?2 "
-                           "AND kind = ?3",
-                           st);
-        !s)
-      return s;
+    if (Status s = prepare(sql("leg_voided"), st); !s) return s;
     bind_arg(st, 1, req.transfer_id);
     bind_arg(st, 2, req.account_id);
     bind_arg(st, 3, to_string(kind));
@@ -1235,10 +1067,8 @@ class SqliteStore final : public Store {
     if (!in_scope_) return Status::ok();
     Stmt* bal = nullptr;
     Stmt* pend = nullptr;
-    if (Status s = prepare("UPDATE OR FAIL accounts SET balance = ?1, reserved = ?3 WHERE id = ?2", bal);
-        !s)
-      return s;
-    if (Status s = prepare(kAddPending, pend); !s) return s;
+    if (Status s = prepare(sql("write_account"), bal); !s) return s;
+    if (Status s = prepare(sql("add_pending"), pend); !s) return s;
     for (auto& [id, a] : scope_accounts_) {
       if (!a.dirty) continue;
       bind_arg(bal, 1, a.row.balance);
@@ -1248,15 +1078,7 @@ class SqliteStore final : public Store {
       a.dirty = false;
     }
     Stmt* row = nullptr;
-    if (Status s = prepare(
-            "INSERT OR FAIL INTO transfers(id, source, destination, amount, currency, metadata, "
-            "payload_hash, state, owner, epoch, lease_until, reason, created_at, last_modified, "
-            "requested_at, finished_at, attempts, notified, origin_topic, origin_partition, "
-            "origin_offset) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
-            "?15, ?16, 0, 0, ?17, ?18, ?19)",
-            row);
-        !s)
-      return s;
+    if (Status s = prepare(sql("insert_fresh_transfer"), row); !s) return s;
     for (auto& [id, f] : scope_fresh_) {
       bind_arg(row, 1, std::string_view(id));
       bind_arg(row, 2, std::string_view(f.source));

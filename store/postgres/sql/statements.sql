@@ -1,0 +1,110 @@
+-- The statements the PostgreSQL store prepares on every connection, one per
+-- `-- name:` line (pg_schema.cpp reads them by name, in the order of its Sql
+-- enum). Tables are named unqualified, so that a URL's search_path
+-- (options=-csearch_path=...) picks the schema. Times come from
+-- saga_now_ms(), the server's clock.
+
+-- name: saga_now
+SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+
+-- name: saga_read_meta
+SELECT schema_version, ledger_id, shard_index, shard_count FROM saga_meta;
+
+-- name: saga_write_topology
+UPDATE saga_meta SET ledger_id = $1, shard_index = $2, shard_count = $3;
+
+-- name: saga_insert_transfers
+SELECT r
+  FROM saga_insert_transfers($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::integer[], $11::bigint[], $12, $13) AS r;
+
+-- name: saga_transition
+SELECT r
+  FROM saga_transition_at($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7, $8) AS r;
+
+-- name: saga_claim_expired
+SELECT id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset
+  FROM saga_claim_expired($1, $2, $3);
+
+-- name: saga_take_over
+UPDATE saga_transfers SET owner = $2, epoch = epoch + 1, attempts = attempts + 1, lease_until_ms = (SELECT saga_now_ms()) + $3
+  WHERE id = $1 AND state IN ('initial', 'pending', 'applied', 'canceling')
+  RETURNING id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset;
+
+-- name: saga_mark_notified
+UPDATE saga_transfers SET notified = true
+  WHERE id = ANY ($1::text[])
+  AND NOT notified AND state IN ('done', 'canceled');
+
+-- name: saga_load_transfer
+SELECT id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset
+  FROM saga_transfers
+  WHERE id = $1;
+
+-- name: saga_list_stale
+SELECT id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset
+  FROM saga_transfers
+  WHERE state IN ('initial', 'pending', 'applied', 'canceling') AND last_modified_ms < $1
+  ORDER BY last_modified_ms, id
+  LIMIT $2;
+
+-- name: saga_state_stats
+SELECT state, count(*), coalesce(min(created_at_ms), 0), count(*) FILTER (WHERE lease_until_ms < (SELECT saga_now_ms()))
+  FROM saga_transfers
+  WHERE state IN ('initial', 'pending', 'applied', 'canceling')
+  GROUP BY state;
+
+-- name: saga_scan_transfer_states
+SELECT id, state, notified FROM saga_transfers;
+
+-- name: saga_apply_legs
+SELECT o_status, o_reason, o_currency
+  FROM saga_apply_legs($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]);
+
+-- name: saga_create_accounts
+SELECT saga_create_accounts($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::boolean[]);
+
+-- name: saga_load_account
+SELECT id, balance, opening_balance, min_balance, currency, locked, reserved
+  FROM saga_accounts
+  WHERE id = $1;
+
+-- name: saga_load_accounts
+SELECT id, balance, opening_balance, min_balance, currency, locked, reserved
+  FROM saga_accounts
+  WHERE id = ANY (SELECT unnest($1::text[]));
+
+-- Inside a batch transaction (a scope) the planning read also locks the
+-- batch's accounts (saga_load_accounts_locked), so the plan sees the
+-- balances the legs will.
+-- name: saga_load_accounts_locked
+SELECT id, balance, opening_balance, min_balance, currency, locked, reserved
+  FROM saga_load_accounts_locked($1::text[]);
+
+-- name: saga_set_locked
+UPDATE saga_accounts SET locked = $2 WHERE id = $1;
+
+-- name: saga_postings_for_transfer
+SELECT transfer_id, account_id, kind, amount, at_ms
+  FROM saga_postings
+  WHERE transfer_id = $1
+  ORDER BY seq;
+
+-- name: saga_postings_for_account
+SELECT transfer_id, account_id, kind, amount, at_ms
+  FROM saga_postings
+  WHERE account_id = $1
+  ORDER BY seq DESC
+  LIMIT $2;
+
+-- name: saga_pending_for_account
+SELECT transfer_id FROM saga_pending WHERE account_id = $1 ORDER BY transfer_id;
+
+-- name: saga_scan_accounts
+SELECT id, balance, opening_balance, min_balance, currency, locked, reserved
+  FROM saga_accounts;
+
+-- name: saga_scan_postings
+SELECT transfer_id, account_id, kind, amount, at_ms FROM saga_postings;
+
+-- name: saga_scan_pending
+SELECT account_id, transfer_id FROM saga_pending;

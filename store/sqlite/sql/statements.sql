@@ -1,0 +1,176 @@
+-- The statements the SQLite store prepares (once per connection, on first
+-- use), by name: sqlite_store.cpp asks for them as sql("NAME"). Unfinished
+-- work is spelled as in the transfers_open index (schema.sql), so that the
+-- planner uses it.
+
+-- Schema and topology ---------------------------------------------------------
+
+-- name: has_table
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1;
+
+-- name: has_reserved_column
+SELECT 1 FROM pragma_table_info('accounts') WHERE name = 'reserved';
+
+-- name: read_schema_version
+SELECT value FROM meta WHERE key = 'schema_version';
+
+-- name: read_meta
+SELECT key, value FROM meta;
+
+-- name: write_meta
+INSERT INTO meta(key, value) VALUES (?1, ?2)
+  ON CONFLICT(key) DO UPDATE SET value = excluded.value;
+
+-- Transfers -------------------------------------------------------------------
+
+-- name: insert_transfer
+INSERT INTO transfers(id, source, destination, amount, currency, metadata,
+    payload_hash, state, owner, epoch, lease_until, reason, created_at, last_modified,
+    requested_at, finished_at, attempts, notified, origin_topic, origin_partition,
+    origin_offset)
+  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'initial', ?8, 1, ?9, 'none',
+    ?10, ?10, ?11, 0, 0, 0, ?12, ?13, ?14)
+  ON CONFLICT(id) DO NOTHING;
+
+-- What a repeated id is compared with.
+-- name: transfer_payload
+SELECT payload_hash, source, destination, amount, currency, metadata FROM transfers WHERE id = ?1;
+
+-- A transition is fenced by (state, owner, epoch): a zombie's changes nothing.
+-- name: transition
+UPDATE OR FAIL transfers SET state = ?1, reason = ?2, last_modified = ?3, lease_until = ?4,
+    finished_at = CASE WHEN ?7 THEN ?3 ELSE finished_at END,
+    notified = CASE WHEN ?7 THEN 0 ELSE notified END
+  WHERE id = ?5 AND state = ?6 AND owner = ?8 AND epoch = ?9;
+
+-- name: claim_expired
+UPDATE OR FAIL transfers SET owner = ?1, epoch = epoch + 1,
+    attempts = attempts + 1, lease_until = ?2 + ?3
+  WHERE id IN (SELECT id FROM transfers
+                 WHERE ((state <> 'done' AND state <> 'canceled') OR notified = 0)
+                   AND lease_until < ?2
+                 ORDER BY lease_until LIMIT ?4)
+  RETURNING id, source, destination, amount, currency, metadata, payload_hash, state, owner,
+    epoch, lease_until, reason, created_at, last_modified, requested_at, finished_at, attempts,
+    notified, origin_topic, origin_partition, origin_offset;
+
+-- name: take_over
+UPDATE OR FAIL transfers SET owner = ?1, epoch = epoch + 1,
+    attempts = attempts + 1, lease_until = ?2
+  WHERE id = ?3 AND state <> 'done' AND state <> 'canceled'
+  RETURNING id, source, destination, amount, currency, metadata, payload_hash, state, owner,
+    epoch, lease_until, reason, created_at, last_modified, requested_at, finished_at, attempts,
+    notified, origin_topic, origin_partition, origin_offset;
+
+-- name: mark_notified
+UPDATE OR FAIL transfers SET notified = 1
+  WHERE id = ?1 AND notified = 0 AND (state = 'done' OR state = 'canceled');
+
+-- name: load_transfer
+SELECT id, source, destination, amount, currency, metadata, payload_hash, state, owner,
+    epoch, lease_until, reason, created_at, last_modified, requested_at, finished_at, attempts,
+    notified, origin_topic, origin_partition, origin_offset
+  FROM transfers WHERE id = ?1;
+
+-- name: list_stale
+SELECT id, source, destination, amount, currency, metadata, payload_hash, state, owner,
+    epoch, lease_until, reason, created_at, last_modified, requested_at, finished_at, attempts,
+    notified, origin_topic, origin_partition, origin_offset
+  FROM transfers WHERE state IN ('initial','pending','applied','canceling')
+    AND last_modified < ?1 ORDER BY last_modified LIMIT ?2;
+
+-- name: state_stats
+SELECT state, count(*), min(created_at), sum(lease_until < ?1)
+  FROM transfers
+  WHERE ((state <> 'done' AND state <> 'canceled') OR notified = 0)
+    AND state <> 'done' AND state <> 'canceled'
+  GROUP BY state;
+
+-- name: scan_transfer_states
+SELECT id, state, notified FROM transfers;
+
+-- A transfer created and finished inside one batch transaction, written once
+-- in its last state when the batch ends.
+-- name: insert_fresh_transfer
+INSERT OR FAIL INTO transfers(id, source, destination, amount, currency, metadata,
+    payload_hash, state, owner, epoch, lease_until, reason, created_at, last_modified,
+    requested_at, finished_at, attempts, notified, origin_topic, origin_partition,
+    origin_offset)
+  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+    ?15, ?16, 0, 0, ?17, ?18, ?19);
+
+-- Accounts --------------------------------------------------------------------
+
+-- name: create_account
+INSERT INTO accounts(id, balance, opening_balance, min_balance, currency, locked)
+  VALUES (?1, ?2, ?2, ?3, ?4, ?5)
+  ON CONFLICT(id) DO NOTHING;
+
+-- name: load_account
+SELECT id, balance, opening_balance, min_balance, currency, locked, reserved
+  FROM accounts WHERE id = ?1;
+
+-- name: set_locked
+UPDATE OR FAIL accounts SET locked = ?1 WHERE id = ?2;
+
+-- name: write_account
+UPDATE OR FAIL accounts SET balance = ?1, reserved = ?3 WHERE id = ?2;
+
+-- name: postings_for_transfer
+SELECT transfer_id, account_id, kind, amount, at FROM postings
+  WHERE transfer_id = ?1 ORDER BY at, kind;
+
+-- name: postings_for_account
+SELECT transfer_id, account_id, kind, amount, at FROM postings
+  WHERE account_id = ?1 ORDER BY at DESC LIMIT ?2;
+
+-- name: pending_for_account
+SELECT transfer_id FROM pending WHERE account_id = ?1;
+
+-- name: scan_accounts
+SELECT id, balance, opening_balance, min_balance, currency, locked, reserved FROM accounts;
+
+-- name: scan_postings
+SELECT transfer_id, account_id, kind, amount, at FROM postings;
+
+-- name: scan_pending
+SELECT account_id, transfer_id FROM pending;
+
+-- Legs ------------------------------------------------------------------------
+
+-- One read per leg: voided?, posted?, and the account's row.
+-- name: leg_probe
+SELECT EXISTS(SELECT 1 FROM leg_voids WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3),
+    EXISTS(SELECT 1 FROM postings WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3),
+    a.id IS NOT NULL, a.balance, a.min_balance, a.currency, a.locked, a.reserved
+  FROM (SELECT 1) LEFT JOIN accounts a ON a.id = ?2;
+
+-- name: leg_voided
+SELECT 1 FROM leg_voids WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3;
+
+-- name: insert_posting
+INSERT OR FAIL INTO postings(transfer_id, account_id, kind, amount, at)
+  VALUES (?1, ?2, ?3, ?4, ?5);
+
+-- name: posting_amount
+SELECT amount FROM postings WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3;
+
+-- name: set_balance
+UPDATE OR FAIL accounts SET balance = ?1, reserved = reserved + ?3 WHERE id = ?2;
+
+-- A pending entry added again (a debit and a credit of one transfer on one
+-- account; the engine never sends that) holds both reservations.
+-- name: add_pending
+INSERT OR FAIL INTO pending(account_id, transfer_id, reserved) VALUES (?1, ?2, ?3)
+  ON CONFLICT(account_id, transfer_id) DO UPDATE SET reserved = reserved + excluded.reserved;
+
+-- Returns what the entry reserved.
+-- name: drop_pending
+DELETE FROM pending WHERE account_id = ?1 AND transfer_id = ?2 RETURNING reserved;
+
+-- name: unreserve
+UPDATE OR FAIL accounts SET reserved = reserved - ?1 WHERE id = ?2;
+
+-- name: insert_void
+INSERT OR FAIL INTO leg_voids(transfer_id, account_id, kind) VALUES (?1, ?2, ?3)
+  ON CONFLICT DO NOTHING;
