@@ -88,7 +88,7 @@ Status SagaEngine::run(std::vector<SagaItem>& items) {
   // One store: the whole batch is one transaction there (one commit instead
   // of one per stage). Several stores: each stage commits on its own shard.
   if (ledger_.shard_count() != 1 || !ledger_.shard(0).supports_scope()) return run_rounds(items);
-  Store& store = ledger_.shard(0);
+  StageStore& store = ledger_.shard(0);
   Status s = with_retries_unscoped("begin", [&] { return store.begin_scope(); });
   if (s) s = run_in_scope(items);
   if (s) s = store.end_scope(true);

@@ -55,7 +55,7 @@ int create_account(Ledger& ledger, const CreateArgs& args) {
 
 int show_account(Ledger& ledger, const std::string& id) {
   const std::size_t shard = ledger.shard_index(id);
-  Store& store = ledger.shard(shard);
+  OperatorStore& store = ledger.shard(shard);
   std::optional<Account> a;
   if (Status s = store.load_account(id, a); !s) return fail(s);
   if (!a) return fail(kExitNotFound, "no account " + id + " on " + describe_shard(ledger, shard));

@@ -72,7 +72,7 @@ int import_accounts(Ledger& ledger, const std::string& file) {
   // Pass 2: nothing may exist yet, on any store.
   std::size_t total = 0;
   for (std::size_t s = 0; s < shards.size(); ++s) {
-    Store& store = ledger.shard(s);
+    OperatorStore& store = ledger.shard(s);
     const ShardRows& rows = shards[s];
     total += rows.accounts.size();
     std::optional<Account> existing;

@@ -1,5 +1,5 @@
 #pragma once
-// The store interface every backend implements (SQLite, PostgreSQL).
+// The store interface every backend implements (SQLite, PostgreSQL, memory).
 //
 // Contract (DESIGN.md, "States and stages" and "Stores"):
 // - Every write is conditional and idempotent per record. A batch call groups
@@ -136,7 +136,119 @@ struct PendingEntry {
   std::string transfer_id;
 };
 
-class Store {
+// The store's methods, grouped by the role that calls them. A caller holds
+// the narrowest role it needs; every backend implements all of them as one
+// Store (below). Roles are not owned through, so their destructors are
+// protected.
+
+// The saga engine's batch stages (engine/): conditional transitions, legs,
+// the planning read, and the transaction that can hold a whole batch.
+class StageStore {
+ public:
+  // Groups the calls that follow into one transaction on this store, until
+  // end_scope: one commit for all of a batch's stages instead of one per
+  // stage. Every record write stays conditional and idempotent; the scope
+  // only makes them atomic together. After any failed call inside a scope
+  // the caller must end_scope(false), which undoes everything since
+  // begin_scope. Only backends that say supports_scope() implement them.
+  virtual bool supports_scope() const noexcept { return false; }
+  virtual Status begin_scope() { return Status::fatal("this store has no transaction scopes"); }
+  virtual Status end_scope(bool commit) {
+    (void)commit;
+    return Status::ok();
+  }
+
+  // `at_ms`, when given, receives the store's time of the write: the
+  // finished_at of the terminal transitions applied, which outcomes report.
+  virtual Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
+                            std::span<std::uint8_t> applied, std::int64_t* at_ms) = 0;
+  Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
+                    std::span<std::uint8_t> applied) {
+    return transition(batch, lease_ms, applied, nullptr);
+  }
+  virtual Status apply_legs(std::span<const LegRequest> batch, std::span<LegResult> results) = 0;
+  // Reads many accounts in one round trip (one consistent snapshot);
+  // out[i] is nullopt when ids[i] does not exist. The engine plans a batch
+  // from it; every leg still re-checks its conditions when it writes.
+  virtual Status load_accounts(std::span<const std::string_view> ids,
+                               std::span<std::optional<Account>> out) = 0;
+
+ protected:
+  ~StageStore() = default;
+};
+
+// The worker's ingest and outbox (workers/): new transfers in, finished
+// transfers' outcomes marked as published.
+class IngestStore {
+ public:
+  virtual Status insert_transfers(std::span<const NewTransfer> batch, std::string_view owner,
+                                  std::int64_t lease_ms, std::span<InsertResult> results) = 0;
+  virtual Status mark_notified(std::span<const std::string_view> ids) = 0;
+
+ protected:
+  ~IngestStore() = default;
+};
+
+// Taking over transfers: the worker's recovery pass and operator commands.
+class RecoveryStore {
+ public:
+  // Claims up to `limit` transfers whose lease expired on the store's clock
+  // and that are non-terminal or terminal with notified = false: owner :=
+  // `owner`, epoch += 1, attempts += 1, a new lease. Returns the claimed docs.
+  virtual Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
+                               std::vector<TransferDoc>& out) = 0;
+  // Claims one unfinished transfer regardless of its lease (operator
+  // commands). A finished one is returned as it is, owner included (who
+  // finished it), and left alone.
+  virtual Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
+                           std::optional<TransferDoc>& out) = 0;
+
+ protected:
+  ~RecoveryStore() = default;
+};
+
+// What operators and monitoring read and set (sagactl, the store collector).
+class OperatorStore {
+ public:
+  virtual Status load_transfer(std::string_view id, std::optional<TransferDoc>& out) = 0;
+  // Non-terminal transfers last modified before `before_ms`, oldest first.
+  virtual Status list_stale(std::int64_t before_ms, std::size_t limit,
+                            std::vector<TransferDoc>& out) = 0;
+  virtual Status state_stats(StateStatsTable& out) = 0;
+  // Inserts all accounts or none; an existing id is a fatal error naming it.
+  virtual Status create_accounts(std::span<const Account> accounts) = 0;
+  virtual Status load_account(std::string_view id, std::optional<Account>& out) = 0;
+  virtual Status set_locked(std::string_view id, bool locked, bool& found) = 0;
+  virtual Status postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) = 0;
+  virtual Status postings_for_account(std::string_view account_id, std::size_t limit,
+                                      std::vector<Posting>& out) = 0;
+  virtual Status pending_for_account(std::string_view account_id,
+                                     std::vector<std::string>& transfer_ids) = 0;
+
+ protected:
+  ~OperatorStore() = default;
+};
+
+// Whole-table reads for the audit (engine/audit.cpp). A callback must not
+// call the store.
+class AuditStore {
+ public:
+  virtual Status scan_transfer_states(
+      const std::function<void(std::string_view id, TransferState s, bool notified)>& fn) = 0;
+  virtual Status scan_accounts(const std::function<void(const Account&)>& fn) = 0;
+  virtual Status scan_postings(const std::function<void(const Posting&)>& fn) = 0;
+  virtual Status scan_pending(const std::function<void(const PendingEntry&)>& fn) = 0;
+
+ protected:
+  ~AuditStore() = default;
+};
+
+// One store of a ledger: every role, plus its schema, topology and clock.
+class Store : public StageStore,
+              public IngestStore,
+              public RecoveryStore,
+              public OperatorStore,
+              public AuditStore {
  public:
   virtual ~Store() = default;
   Store() = default;
@@ -152,74 +264,14 @@ class Store {
   virtual Status write_topology(const Topology& t) = 0;
   virtual Status now_ms(std::int64_t& out) = 0;  // the store's clock
 
-  // Groups the calls that follow into one transaction on this store, until
-  // end_scope: one commit for all of a batch's stages instead of one per
-  // stage. Every record write stays conditional and idempotent; the scope
-  // only makes them atomic together. After any failed call inside a scope
-  // the caller must end_scope(false), which undoes everything since
-  // begin_scope. Only backends that say supports_scope() implement them.
-  virtual bool supports_scope() const noexcept { return false; }
-  virtual Status begin_scope() { return Status::fatal("this store has no transaction scopes"); }
-  virtual Status end_scope(bool commit) {
-    (void)commit;
-    return Status::ok();
-  }
-
-  // Transfers.
-  virtual Status insert_transfers(std::span<const NewTransfer> batch, std::string_view owner,
-                                  std::int64_t lease_ms, std::span<InsertResult> results) = 0;
-  // `at_ms`, when given, receives the store's time of the write: the
-  // finished_at of the terminal transitions applied, which outcomes report.
-  virtual Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
-                            std::span<std::uint8_t> applied, std::int64_t* at_ms) = 0;
-  Status transition(std::span<const Transition> batch, std::int64_t lease_ms,
-                    std::span<std::uint8_t> applied) {
-    return transition(batch, lease_ms, applied, nullptr);
-  }
-  // Claims up to `limit` transfers whose lease expired on the store's clock
-  // and that are non-terminal or terminal with notified = false: owner :=
-  // `owner`, epoch += 1, attempts += 1, a new lease. Returns the claimed docs.
-  virtual Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
-                               std::vector<TransferDoc>& out) = 0;
-  // Claims one unfinished transfer regardless of its lease (operator
-  // commands). A finished one is returned as it is, owner included (who
-  // finished it), and left alone.
-  virtual Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
-                           std::optional<TransferDoc>& out) = 0;
-  virtual Status mark_notified(std::span<const std::string_view> ids) = 0;
-  virtual Status load_transfer(std::string_view id, std::optional<TransferDoc>& out) = 0;
-  // Non-terminal transfers last modified before `before_ms`, oldest first.
-  virtual Status list_stale(std::int64_t before_ms, std::size_t limit,
-                            std::vector<TransferDoc>& out) = 0;
-  virtual Status state_stats(StateStatsTable& out) = 0;
-  virtual Status scan_transfer_states(
-      const std::function<void(std::string_view id, TransferState s, bool notified)>& fn) = 0;
-
-  // Accounts and legs.
-  virtual Status apply_legs(std::span<const LegRequest> batch, std::span<LegResult> results) = 0;
-  // Inserts all accounts or none; an existing id is a fatal error naming it.
-  virtual Status create_accounts(std::span<const Account> accounts) = 0;
-  virtual Status load_account(std::string_view id, std::optional<Account>& out) = 0;
-  // Reads many accounts in one round trip (one consistent snapshot);
-  // out[i] is nullopt when ids[i] does not exist. The engine plans a batch
-  // from it; every leg still re-checks its conditions when it writes.
-  // The default reads one account at a time; backends override it.
-  virtual Status load_accounts(std::span<const std::string_view> ids,
-                               std::span<std::optional<Account>> out) {
+  // One account at a time; backends read them in one round trip instead.
+  Status load_accounts(std::span<const std::string_view> ids,
+                       std::span<std::optional<Account>> out) override {
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (Status s = load_account(ids[i], out[i]); !s) return s;
     }
     return Status::ok();
   }
-  virtual Status set_locked(std::string_view id, bool locked, bool& found) = 0;
-  virtual Status postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) = 0;
-  virtual Status postings_for_account(std::string_view account_id, std::size_t limit,
-                                      std::vector<Posting>& out) = 0;
-  virtual Status pending_for_account(std::string_view account_id,
-                                     std::vector<std::string>& transfer_ids) = 0;
-  virtual Status scan_accounts(const std::function<void(const Account&)>& fn) = 0;
-  virtual Status scan_postings(const std::function<void(const Posting&)>& fn) = 0;
-  virtual Status scan_pending(const std::function<void(const PendingEntry&)>& fn) = 0;
 };
 
 // Opens `url`: `sqlite:PATH` or a PostgreSQL URI / conninfo. Does not create
