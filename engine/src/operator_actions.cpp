@@ -31,17 +31,20 @@ Status drive(Ledger& ledger, std::string_view operator_id,
   return engine.run(items);
 }
 
+// Reads the transfer; with none, says so in `out` and leaves `doc` empty.
+Status load(Ledger& ledger, std::string_view id, std::optional<TransferDoc>& doc, ActionOutcome& out) {
+  if (Status s = ledger.transfers().load_transfer(id, doc); !s) return s;
+  if (!doc) out.message = "no transfer with id " + std::string(id);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status cancel_transfer(Ledger& ledger, std::string_view id, std::string_view operator_id,
                        SagaObserver& observer, ActionOutcome& out) {
   out = ActionOutcome{};
   std::optional<TransferDoc> doc;
-  if (Status s = ledger.transfers().load_transfer(id, doc); !s) return s;
-  if (!doc) {
-    out.message = "no transfer with id " + std::string(id);
-    return Status::ok();
-  }
+  if (Status s = load(ledger, id, doc, out); !s || !doc) return s;
   out.state = doc->state;
   if (doc->state == TransferState::applied || doc->state == TransferState::done) {
     out.result = ActionResult::refused;
@@ -115,11 +118,7 @@ Status retry_transfer(Ledger& ledger, std::string_view id, std::string_view oper
                       SagaObserver& observer, ActionOutcome& out) {
   out = ActionOutcome{};
   std::optional<TransferDoc> doc;
-  if (Status s = ledger.transfers().load_transfer(id, doc); !s) return s;
-  if (!doc) {
-    out.message = "no transfer with id " + std::string(id);
-    return Status::ok();
-  }
+  if (Status s = load(ledger, id, doc, out); !s || !doc) return s;
   if (is_terminal(doc->state)) {
     out.result = ActionResult::refused;
     out.state = doc->state;

@@ -119,6 +119,22 @@ struct Totals {
   std::string send_error;      // why sending stopped early
 };
 
+// Paces and sends one message; false (the error in `t`) if it was refused.
+bool send_one(sagapool::TransferProducer& producer, Pacer& pacer, Progress& progress,
+              std::string_view key, std::string_view value, Totals& t) {
+  pacer.wait_for(t.sent, producer);
+  if (Status s = producer.publish_raw(key, value); !s) {
+    t.send_error = s.message();
+    return false;
+  }
+  ++t.sent;
+  if ((t.sent & 1023U) == 0) {
+    (void)producer.poll(std::chrono::milliseconds(0));
+    progress.update(t.sent, producer);
+  }
+  return true;
+}
+
 // Sends every generated message; returns per-kind counts in the summary.
 Totals send_generated(sagapool::Generator& gen, sagapool::TransferProducer& producer,
                       Pacer& pacer, Progress& progress) {
@@ -126,16 +142,7 @@ Totals send_generated(sagapool::Generator& gen, sagapool::TransferProducer& prod
   t.expected = gen.options().count;
   sagapool::GeneratedMessage m;
   while (g_interrupted == 0 && gen.next(m)) {
-    pacer.wait_for(t.sent, producer);
-    if (Status s = producer.publish_raw(m.key, m.value); !s) {
-      t.send_error = s.message();
-      return t;
-    }
-    ++t.sent;
-    if ((t.sent & 1023U) == 0) {
-      (void)producer.poll(std::chrono::milliseconds(0));
-      progress.update(t.sent, producer);
-    }
+    if (!send_one(producer, pacer, progress, m.key, m.value, t)) return t;
   }
   return t;
 }
@@ -158,16 +165,7 @@ Totals send_lines(std::istream& in, sagapool::TransferProducer& producer, Pacer&
     } else {
       ++invalid;
     }
-    pacer.wait_for(t.sent, producer);
-    if (Status s = producer.publish_raw(key, line); !s) {
-      t.send_error = s.message();
-      return t;
-    }
-    ++t.sent;
-    if ((t.sent & 1023U) == 0) {
-      (void)producer.poll(std::chrono::milliseconds(0));
-      progress.update(t.sent, producer);
-    }
+    if (!send_one(producer, pacer, progress, key, line, t)) return t;
   }
   if (in.bad()) t.send_error = "read error on input";
   return t;

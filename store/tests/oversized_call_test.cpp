@@ -24,7 +24,7 @@ struct Saga {
 Saga chain(const std::string& prefix) {
   Saga s;
   for (int i = 0; i <= kTransfers; ++i) s.accounts.push_back(prefix + "-a" + std::to_string(i));
-  for (int i = 0; i < kTransfers; ++i) {
+  for (std::size_t i = 0; i < static_cast<std::size_t>(kTransfers); ++i) {
     s.specs.push_back(spec(prefix + "-t" + std::to_string(i), s.accounts[i], s.accounts[i + 1],
                            kAmount));
   }

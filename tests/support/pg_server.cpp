@@ -1,12 +1,8 @@
 #include "pg_server.hpp"
 
-#include <fcntl.h>
-#include <grp.h>
 #include <pwd.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,78 +54,6 @@ std::optional<fs::path> find_pg_bin_dir() {
   return best;
 }
 
-// A child process run, when the test runs as root, as an unprivileged user;
-// killed with its process group if still running when destroyed.
-class PgServer::Child {
- public:
-  Child(const std::vector<std::string>& argv, const fs::path& log, const fs::path& cwd,
-        std::optional<uid_t> uid, std::optional<gid_t> gid) {
-    std::vector<std::string> args = argv;
-    std::vector<char*> cargv;
-    for (auto& a : args) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), "open " + log.string());
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) {
-      ::close(fd);
-      throw std::system_error(errno, std::generic_category(), "fork");
-    }
-    if (pid_ == 0) {
-      // Only async-signal-safe calls from here to exec.
-      ::setpgid(0, 0);
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-      const int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-      if (gid && (::setgroups(1, &*gid) != 0 || ::setgid(*gid) != 0)) _exit(126);
-      if (uid && ::setuid(*uid) != 0) _exit(126);
-      // After setuid, which clears it: a server outliving a crashed test
-      // shuts down at once (SIGQUIT = immediate shutdown).
-      ::prctl(PR_SET_PDEATHSIG, SIGQUIT);
-      if (::getppid() != parent) _exit(125);
-      if (::chdir(cwd.c_str()) != 0) _exit(126);
-      ::execv(cargv[0], cargv.data());
-      _exit(127);
-    }
-    ::close(fd);
-  }
-  ~Child() {
-    if (!exit_code_) {
-      ::kill(-pid_, SIGKILL);
-      ::kill(pid_, SIGKILL);
-      (void)wait(std::chrono::seconds(10));
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  void signal(int sig) const {
-    if (!exit_code_) ::kill(pid_, sig);
-  }
-  bool running() { return !wait(std::chrono::milliseconds(0)).has_value(); }
-  std::optional<int> wait(std::chrono::milliseconds timeout) {
-    if (exit_code_) return exit_code_;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        return exit_code_;
-      }
-      if (r < 0) return exit_code_ = -1;
-      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
-};
-
 PgServer::PgServer() : PgServer(std::vector<std::string>{}) {}
 
 PgServer::PgServer(std::vector<std::string> settings) : settings_(std::move(settings)) {
@@ -171,10 +95,9 @@ PgServer::PgServer(std::vector<std::string> settings) : settings_(std::move(sett
   fs::permissions(pwfile, fs::perms::owner_read | fs::perms::owner_write);
   chown_to(pwfile, run_uid_, run_gid_);
 
-  Child initdb({(bin_dir_ / "initdb").string(), "-D", data_dir_.string(), "-U", user_,
-                "--pwfile=" + pwfile.string(), "--auth-local=trust", "--auth-host=scram-sha-256",
-                "-E", "UTF8", "--locale=C", "--no-sync"},
-               log_file_, dir_.path(), run_uid_, run_gid_);
+  Process initdb = start({(bin_dir_ / "initdb").string(), "-D", data_dir_.string(), "-U", user_,
+                          "--pwfile=" + pwfile.string(), "--auth-local=trust",
+                          "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync"});
   const auto code = initdb.wait(std::chrono::seconds(120));
   fs::remove(pwfile);
   if (code != 0) {
@@ -215,7 +138,7 @@ void PgServer::launch() {
     argv.insert(argv.end(), {"-c", setting});
   }
   for (const std::string& setting : settings_) argv.insert(argv.end(), {"-c", setting});
-  server_ = std::make_unique<Child>(argv, log_file_, dir_.path(), run_uid_, run_gid_);
+  server_ = std::make_unique<Process>(start(argv));
 }
 
 void PgServer::start() {
@@ -232,6 +155,17 @@ std::vector<std::string> PgServer::client(const std::string& program) const {
           std::to_string(port_),
           "-U",
           user_};
+}
+
+// initdb and postgres run in the server's folder, as an unprivileged user
+// when the test runs as root; a server outliving a crashed test shuts down
+// at once (SIGQUIT = immediate shutdown).
+Process PgServer::start(const std::vector<std::string>& argv) const {
+  return Process::start(argv, log_file_,
+                        Process::Options{.death_signal = SIGQUIT,
+                                         .cwd = dir_.path(),
+                                         .uid = run_uid_,
+                                         .gid = run_gid_});
 }
 
 void PgServer::wait_ready(std::chrono::milliseconds timeout) {

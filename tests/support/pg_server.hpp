@@ -67,7 +67,7 @@ class PgServer {
   std::string log() const;
 
  private:
-  class Child;
+  Process start(const std::vector<std::string>& argv) const;
   void launch();
   void wait_ready(std::chrono::milliseconds timeout);
   std::vector<std::string> client(const std::string& program) const;
@@ -83,7 +83,7 @@ class PgServer {
   std::vector<std::string> settings_;
   std::optional<uid_t> run_uid_;
   std::optional<gid_t> run_gid_;
-  std::unique_ptr<Child> server_;
+  std::unique_ptr<Process> server_;
 };
 
 }  // namespace sagapool::test

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -45,10 +46,10 @@ TempDir::~TempDir() {
 }
 
 Process Process::start(const std::vector<std::string>& argv, const std::filesystem::path& log_file,
-                       const std::vector<std::string>& env, bool die_with_parent) {
+                       const Options& options) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  for (const auto& kv : env) env_strings.push_back(kv);
+  for (const auto& kv : options.env) env_strings.push_back(kv);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -56,22 +57,31 @@ Process Process::start(const std::vector<std::string>& argv, const std::filesyst
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
+  const std::string cwd = options.cwd ? options.cwd->string() : std::string();
 
   const int fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "open " + log_file.string());
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  if (pid < 0) {
+    ::close(fd);
+    throw std::system_error(errno, std::generic_category(), "fork");
+  }
   if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
     ::setpgid(0, 0);
-    if (die_with_parent) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) _exit(127);  // the parent died before prctl
-    }
     ::dup2(fd, STDOUT_FILENO);
     ::dup2(fd, STDERR_FILENO);
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    if (options.gid && (::setgroups(1, &*options.gid) != 0 || ::setgid(*options.gid) != 0)) _exit(126);
+    if (options.uid && ::setuid(*options.uid) != 0) _exit(126);
+    // After setuid, which clears it.
+    if (options.death_signal != 0) {
+      ::prctl(PR_SET_PDEATHSIG, options.death_signal);
+      if (::getppid() != parent) _exit(125);  // the parent died before prctl
+    }
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) _exit(126);
     ::execve(cargv[0], cargv.data(), envp.data());
     _exit(127);
   }
@@ -100,8 +110,9 @@ Process& Process::operator=(Process&& other) noexcept {
 
 Process::~Process() {
   if (pid_ > 0 && !exit_code_) {
+    ::kill(-pid_, SIGKILL);  // its group: what it started dies with it
     ::kill(pid_, SIGKILL);
-    (void)wait(std::chrono::seconds(5));
+    (void)wait(std::chrono::seconds(10));
   }
 }
 

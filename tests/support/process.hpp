@@ -1,10 +1,12 @@
 #pragma once
 // Child processes and temporary folders for tests that start real programs
-// and servers. Every child is killed (SIGKILL) when its Process goes out of
-// scope, so a failing test never leaves a server behind.
+// and servers. Every child is killed (SIGKILL, with its process group) when
+// its Process goes out of scope, so a failing test never leaves a server
+// behind.
 #include <sys/types.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -34,12 +36,23 @@ class TempDir {
 class Process {
  public:
   Process() = default;
-  // Starts argv[0] with argv; stdout and stderr go to `log_file` (appended).
-  // `env` entries ("K=V") are added to the current environment.
-  // `die_with_parent`: SIGKILLed when the thread that started it ends (the
-  // test's main thread: the test process), so a server outlives no test.
+  struct Options {
+    std::vector<std::string> env;  // "K=V", added to the current environment
+    // Sent to the child when the thread that started it ends (the test's
+    // main thread: the test process), so a server outlives no test; 0: none.
+    int death_signal = 0;
+    std::optional<std::filesystem::path> cwd{};
+    std::optional<uid_t> uid{};  // run as this user and group (a test run as root)
+    std::optional<gid_t> gid{};
+  };
+  // Starts argv[0] with argv in a process group of its own; stdout and
+  // stderr go to `log_file` (appended).
   static Process start(const std::vector<std::string>& argv, const std::filesystem::path& log_file,
-                       const std::vector<std::string>& env = {}, bool die_with_parent = false);
+                       const Options& options);
+  static Process start(const std::vector<std::string>& argv, const std::filesystem::path& log_file,
+                       const std::vector<std::string>& env = {}, bool die_with_parent = false) {
+    return start(argv, log_file, Options{.env = env, .death_signal = die_with_parent ? SIGKILL : 0});
+  }
   Process(Process&& other) noexcept;
   Process& operator=(Process&& other) noexcept;
   ~Process();
