@@ -21,32 +21,9 @@ constexpr std::array<std::string_view, 2> kMigrations = {
 static_assert(kMigrations.size() == kSchemaVersion, "one migration per schema version");
 
 // Prepared statements' names, in the order of Sql.
-constexpr std::array<const char*, kSqlCount> kStatementNames = {
-    "saga_now",
-    "saga_read_meta",
-    "saga_write_topology",
-    "saga_insert_transfers",
-    "saga_transition",
-    "saga_claim_expired",
-    "saga_take_over",
-    "saga_mark_notified",
-    "saga_load_transfer",
-    "saga_list_stale",
-    "saga_state_stats",
-    "saga_scan_transfer_states",
-    "saga_apply_legs",
-    "saga_create_accounts",
-    "saga_load_account",
-    "saga_load_accounts",
-    "saga_load_accounts_locked",
-    "saga_set_locked",
-    "saga_postings_for_transfer",
-    "saga_postings_for_account",
-    "saga_pending_for_account",
-    "saga_scan_accounts",
-    "saga_scan_postings",
-    "saga_scan_pending",
-};
+#define SAGA_PG_NAME(name) "saga_" #name,
+constexpr std::array<const char*, kSqlCount> kStatementNames = {SAGA_PG_STATEMENTS(SAGA_PG_NAME)};
+#undef SAGA_PG_NAME
 
 // sql/statements.sql, in the order of Sql. A name the enum has and the file
 // lacks, or the reverse, is a build mistake, reported on first use.

@@ -23,35 +23,20 @@ std::span<const std::string_view> migrations();
 // every `init_schema` after the migrations, inside the same transaction.
 std::string_view functions();
 
-// Prepared statements, by name. The SQL names tables unqualified so that a
-// URL's search_path (options=-csearch_path=...) picks the schema.
-enum class Sql : std::uint8_t {
-  now,
-  read_meta,
-  write_topology,
-  insert_transfers,
-  transition,
-  claim_expired,
-  take_over,
-  mark_notified,
-  load_transfer,
-  list_stale,
-  state_stats,
-  scan_transfer_states,
-  apply_legs,
-  create_accounts,
-  load_account,
-  load_accounts,
-  load_accounts_locked,
-  set_locked,
-  postings_for_transfer,
-  postings_for_account,
-  pending_for_account,
-  scan_accounts,
-  scan_postings,
-  scan_pending,
-};
-inline constexpr std::size_t kSqlCount = 24;
+// Prepared statements: `-- name: saga_<enum name>` in sql/statements.sql.
+// One list: the enum, its count and the statement names (pg_schema.cpp).
+#define SAGA_PG_STATEMENTS(X)                                                               \
+  X(now) X(read_meta) X(write_topology) X(insert_transfers) X(transition) X(claim_expired) \
+  X(take_over) X(mark_notified) X(load_transfer) X(list_stale) X(state_stats)              \
+  X(scan_transfer_states) X(apply_legs) X(create_accounts) X(load_account) X(load_accounts)  \
+  X(load_accounts_locked) X(set_locked) X(postings_for_transfer) X(postings_for_account)     \
+  X(pending_for_account) X(scan_accounts) X(scan_postings) X(scan_pending)
+#define SAGA_PG_ENUM(name) name,
+enum class Sql : std::uint8_t { SAGA_PG_STATEMENTS(SAGA_PG_ENUM) };
+#undef SAGA_PG_ENUM
+#define SAGA_PG_ONE(name) +1
+inline constexpr std::size_t kSqlCount = 0 SAGA_PG_STATEMENTS(SAGA_PG_ONE);
+#undef SAGA_PG_ONE
 
 struct Statement {
   const char* name;  // prepared statement name

@@ -13,7 +13,6 @@
 #include <unordered_map>
 
 #include "embedded_sql.hpp"
-#include "sagapool/named_sql.hpp"
 #include "sagapool/sqlite_store.hpp"
 #include "sqlite_util.hpp"
 
@@ -26,7 +25,6 @@ const NamedSql& sql_file() {
   static const NamedSql file{sqlite_embedded::sql_statements};
   return file;
 }
-const std::string& sql(std::string_view name) { return sql_file()[name]; }
 
 std::int64_t wall_now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -73,7 +71,7 @@ class SqliteStore final : public Store {
     if (Status s = exec(std::string(sqlite_embedded::sql_schema)); !s) return s;
     if (Status s = upgrade_to_reservation(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("write_meta"), st); !s) return s;
+    if (Status s = prepare("write_meta", st); !s) return s;
     const std::string version = std::to_string(kSchemaVersion);
     bind_arg(st, 1, std::string_view("schema_version"));
     bind_arg(st, 2, version);
@@ -86,7 +84,7 @@ class SqliteStore final : public Store {
   // nothing.
   Status upgrade_to_reservation() {
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("has_reserved_column"), st); !s) return s;
+    if (Status s = prepare("has_reserved_column", st); !s) return s;
     const int rc = sqlite3_step(st->get());
     sqlite3_reset(st->get());
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
@@ -97,7 +95,7 @@ class SqliteStore final : public Store {
   Status refuse_newer_schema() {
     if (Status s = has_table("meta", out_bool_); !s || !out_bool_) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("read_schema_version"), st); !s) return s;
+    if (Status s = prepare("read_schema_version", st); !s) return s;
     const int rc = sqlite3_step(st->get());
     const int version = rc == SQLITE_ROW ? sqlite3_column_int(st->get(), 0) : 0;
     sqlite3_reset(st->get());
@@ -113,7 +111,7 @@ class SqliteStore final : public Store {
     if (Status s = has_table("meta", out_bool_); !s) return s;
     if (!out_bool_) return Status::ok();
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("read_meta"), st); !s) return s;
+    if (Status s = prepare("read_meta", st); !s) return s;
     Topology t;
     int found = 0;
     for (;;) {
@@ -136,7 +134,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("write_meta"), st); !s) return s;
+    if (Status s = prepare("write_meta", st); !s) return s;
     const std::pair<const char*, std::string> rows[] = {
         {"ledger_id", t.ledger_id},
         {"shard_index", std::to_string(t.shard_index)},
@@ -182,8 +180,8 @@ class SqliteStore final : public Store {
     if (Status s = tx.begin(); !s) return s;
     Stmt* ins = nullptr;
     Stmt* get = nullptr;
-    if (Status s = prepare(sql("insert_transfer"), ins); !s) return s;
-    if (Status s = prepare(sql("transfer_payload"), get); !s) return s;
+    if (Status s = prepare("insert_transfer", ins); !s) return s;
+    if (Status s = prepare("transfer_payload", get); !s) return s;
     const std::int64_t now = wall_now_ms();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const NewTransfer& t = batch[i];
@@ -259,7 +257,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("transition"), st); !s) return s;
+    if (Status s = prepare("transition", st); !s) return s;
     const std::int64_t now = wall_now_ms();
     if (at_ms != nullptr) *at_ms = now;
     for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -298,7 +296,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("claim_expired"), st); !s) return s;
+    if (Status s = prepare("claim_expired", st); !s) return s;
     bind_arg(st, 1, owner);
     bind_arg(st, 2, wall_now_ms());
     bind_arg(st, 3, lease_ms);
@@ -314,7 +312,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("take_over"), st); !s) return s;
+    if (Status s = prepare("take_over", st); !s) return s;
     bind_arg(st, 1, owner);
     bind_arg(st, 2, wall_now_ms() + lease_ms);
     bind_arg(st, 3, id);
@@ -334,7 +332,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("mark_notified"), st); !s) return s;
+    if (Status s = prepare("mark_notified", st); !s) return s;
     for (std::string_view id : ids) {
       bind_arg(st, 1, id);
       if (Status s = step_done(st, "mark notified"); !s) return s;
@@ -346,7 +344,7 @@ class SqliteStore final : public Store {
     if (Status s = write_behind(); !s) return s;
     out.reset();
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("load_transfer"), st); !s) return s;
+    if (Status s = prepare("load_transfer", st); !s) return s;
     bind_arg(st, 1, id);
     std::vector<TransferDoc> docs;
     if (Status s = read_docs(st, docs, "load transfer"); !s) return s;
@@ -359,7 +357,7 @@ class SqliteStore final : public Store {
     if (Status s = write_behind(); !s) return s;
     out.clear();
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("list_stale"), st); !s) return s;
+    if (Status s = prepare("list_stale", st); !s) return s;
     bind_arg(st, 1, before_ms);
     bind_arg(st, 2, static_cast<std::int64_t>(limit));
     return read_docs(st, out, "list stale");
@@ -369,7 +367,7 @@ class SqliteStore final : public Store {
     if (Status s = write_behind(); !s) return s;
     out = {};
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("state_stats"), st); !s) return s;
+    if (Status s = prepare("state_stats", st); !s) return s;
     bind_arg(st, 1, wall_now_ms());
     for (;;) {
       const int rc = sqlite3_step(st->get());
@@ -390,7 +388,7 @@ class SqliteStore final : public Store {
       const std::function<void(std::string_view, TransferState, bool)>& fn) override {
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("scan_transfer_states"), st); !s) return s;
+    if (Status s = prepare("scan_transfer_states", st); !s) return s;
     for (;;) {
       const int rc = sqlite3_step(st->get());
       if (rc == SQLITE_DONE) break;
@@ -430,7 +428,7 @@ class SqliteStore final : public Store {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("create_account"), st); !s) return s;
+    if (Status s = prepare("create_account", st); !s) return s;
     for (const Account& a : accounts) {
       bind_arg(st, 1, a.id);
       bind_arg(st, 2, a.balance);
@@ -454,7 +452,7 @@ class SqliteStore final : public Store {
   Status read_account(std::string_view id, std::optional<Account>& out) {
     out.reset();
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("load_account"), st); !s) return s;
+    if (Status s = prepare("load_account", st); !s) return s;
     bind_arg(st, 1, id);
     return scan_account_rows(st, [&](const Account& a) { out = a; });
   }
@@ -480,7 +478,7 @@ class SqliteStore final : public Store {
     if (Status s = write_behind(); !s) return s;
     scope_accounts_.clear();
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("set_locked"), st); !s) return s;
+    if (Status s = prepare("set_locked", st); !s) return s;
     bind_arg(st, 1, static_cast<std::int64_t>(locked));
     bind_arg(st, 2, id);
     if (Status s = step_done(st, "set locked"); !s) return s;
@@ -491,7 +489,7 @@ class SqliteStore final : public Store {
   Status postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) override {
     out.clear();
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("postings_for_transfer"), st); !s) return s;
+    if (Status s = prepare("postings_for_transfer", st); !s) return s;
     bind_arg(st, 1, transfer_id);
     return scan_posting_rows(st, [&](const Posting& p) { out.push_back(p); });
   }
@@ -500,7 +498,7 @@ class SqliteStore final : public Store {
                               std::vector<Posting>& out) override {
     out.clear();
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("postings_for_account"), st); !s) return s;
+    if (Status s = prepare("postings_for_account", st); !s) return s;
     bind_arg(st, 1, account_id);
     bind_arg(st, 2, static_cast<std::int64_t>(limit));
     return scan_posting_rows(st, [&](const Posting& p) { out.push_back(p); });
@@ -511,7 +509,7 @@ class SqliteStore final : public Store {
     transfer_ids.clear();
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("pending_for_account"), st); !s) return s;
+    if (Status s = prepare("pending_for_account", st); !s) return s;
     bind_arg(st, 1, account_id);
     for (;;) {
       const int rc = sqlite3_step(st->get());
@@ -526,20 +524,20 @@ class SqliteStore final : public Store {
   Status scan_accounts(const std::function<void(const Account&)>& fn) override {
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("scan_accounts"), st); !s) return s;
+    if (Status s = prepare("scan_accounts", st); !s) return s;
     return scan_account_rows(st, fn);
   }
 
   Status scan_postings(const std::function<void(const Posting&)>& fn) override {
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("scan_postings"), st); !s) return s;
+    if (Status s = prepare("scan_postings", st); !s) return s;
     return scan_posting_rows(st, fn);
   }
 
   Status scan_pending(const std::function<void(const PendingEntry&)>& fn) override {
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("scan_pending"), st); !s) return s;
+    if (Status s = prepare("scan_pending", st); !s) return s;
     PendingEntry e;
     for (;;) {
       const int rc = sqlite3_step(st->get());
@@ -574,7 +572,7 @@ class SqliteStore final : public Store {
         {&l.insert_void, "insert_void"}, {&l.has_posting, "posting_amount"},
     };
     for (const auto& [slot, name] : stmts) {
-      if (Status s = prepare(sql(name), *slot); !s) return s;
+      if (Status s = prepare(name, *slot); !s) return s;
     }
     return Status::ok();
   }
@@ -882,7 +880,7 @@ class SqliteStore final : public Store {
 
   Status has_table(const char* name, bool& out) {
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("has_table"), st); !s) return s;
+    if (Status s = prepare("has_table", st); !s) return s;
     bind_arg(st, 1, std::string_view(name));
     const int rc = sqlite3_step(st->get());
     sqlite3_reset(st->get());
@@ -891,9 +889,9 @@ class SqliteStore final : public Store {
     return Status::ok();
   }
 
-  // Statement cache keyed by SQL text: each statement is prepared once.
-  Status prepare(const std::string& sql, Stmt*& out) {
-    return statements_.get(db_.get(), sql, out);
+  // A statement of sql/statements.sql by name, prepared once per connection.
+  Status prepare(std::string_view name, Stmt*& out) {
+    return statements_.get(db_.get(), name, sql_file(), out);
   }
 
   Status exec(const std::string& sql) {
@@ -1050,7 +1048,7 @@ class SqliteStore final : public Store {
 
   Status has_void(const LegRequest& req, PostingKind kind, bool& found) {
     Stmt* st = nullptr;
-    if (Status s = prepare(sql("leg_voided"), st); !s) return s;
+    if (Status s = prepare("leg_voided", st); !s) return s;
     bind_arg(st, 1, req.transfer_id);
     bind_arg(st, 2, req.account_id);
     bind_arg(st, 3, to_string(kind));
@@ -1067,8 +1065,8 @@ class SqliteStore final : public Store {
     if (!in_scope_) return Status::ok();
     Stmt* bal = nullptr;
     Stmt* pend = nullptr;
-    if (Status s = prepare(sql("write_account"), bal); !s) return s;
-    if (Status s = prepare(sql("add_pending"), pend); !s) return s;
+    if (Status s = prepare("write_account", bal); !s) return s;
+    if (Status s = prepare("add_pending", pend); !s) return s;
     for (auto& [id, a] : scope_accounts_) {
       if (!a.dirty) continue;
       bind_arg(bal, 1, a.row.balance);
@@ -1078,7 +1076,7 @@ class SqliteStore final : public Store {
       a.dirty = false;
     }
     Stmt* row = nullptr;
-    if (Status s = prepare(sql("insert_fresh_transfer"), row); !s) return s;
+    if (Status s = prepare("insert_fresh_transfer", row); !s) return s;
     for (auto& [id, f] : scope_fresh_) {
       bind_arg(row, 1, std::string_view(id));
       bind_arg(row, 2, std::string_view(f.source));

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "sagapool/named_sql.hpp"
 #include "sagapool/status.hpp"
 
 namespace sagapool {
@@ -52,26 +53,32 @@ inline std::string_view column_view(sqlite3_stmt* st, int i) {
 }
 inline std::string column_text(sqlite3_stmt* st, int i) { return std::string(column_view(st, i)); }
 
-// Prepared statements by SQL text, each prepared once per connection.
+// Prepared statements by name (the store's statements file), each prepared
+// once per connection. Looked up by the name, a short key, on every call.
 class StatementCache {
  public:
-  Status get(sqlite3* db, const std::string& sql, Stmt*& out) {
-    auto it = cache_.find(sql);
+  Status get(sqlite3* db, std::string_view name, const NamedSql& file, Stmt*& out) {
+    auto it = cache_.find(name);
     if (it == cache_.end()) {
+      const std::string& sql = file[name];
       sqlite3_stmt* raw = nullptr;
       const int rc = sqlite3_prepare_v3(db, sql.c_str(), static_cast<int>(sql.size()),
                                         SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
       if (rc != SQLITE_OK) {
         return map_sqlite_error(rc, std::string("prepare: ") + sqlite3_errmsg(db));
       }
-      it = cache_.emplace(sql, Stmt(raw)).first;
+      it = cache_.emplace(std::string(name), Stmt(raw)).first;
     }
     out = &it->second;
     return Status::ok();
   }
 
  private:
-  std::unordered_map<std::string, Stmt> cache_;
+  struct NameHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
+  };
+  std::unordered_map<std::string, Stmt, NameHash, std::equal_to<>> cache_;
 };
 
 }  // namespace sagapool
