@@ -138,18 +138,6 @@ Status Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
   return Status::ok();
 }
 
-TopicPartitionListPtr Consumer::offsets_of(const std::vector<MessagePtr>& batch) {
-  // Highest offset per (topic, partition); batches hold few partitions.
-  TopicPartitionListPtr list(rd_kafka_topic_partition_list_new(16));
-  for (const MessagePtr& m : batch) {
-    const char* topic = rd_kafka_topic_name(m->rkt);
-    rd_kafka_topic_partition_t* tp = rd_kafka_topic_partition_list_find(list.get(), topic, m->partition);
-    if (tp == nullptr) tp = rd_kafka_topic_partition_list_add(list.get(), topic, m->partition);
-    if (m->offset + 1 > tp->offset) tp->offset = m->offset + 1;
-  }
-  return list;
-}
-
 Status Consumer::store_offsets(rd_kafka_topic_partition_list_t& offsets) {
   if (offsets.cnt == 0) return Status::ok();
   const rd_kafka_resp_err_t err = rd_kafka_offsets_store(rk_.get(), &offsets);

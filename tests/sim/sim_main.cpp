@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "simulation.hpp"
 
 namespace {
@@ -72,6 +74,8 @@ int main(int argc, char** argv) {
   }
   if (seeds == 0) return usage(argv[0], "say --seeds N or --seed N");
 
+  // The workers' own log lines join the trace; otherwise they are noise.
+  spdlog::set_level(trace ? spdlog::level::info : spdlog::level::off);
   const auto started = std::chrono::steady_clock::now();
   sagapool::sim::SimOptions options;
   options.trace = trace;

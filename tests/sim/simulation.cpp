@@ -2,15 +2,18 @@
 // with faults injected around every store call, a quiet phase that lets the
 // pool finish, then every check. See simulation.hpp and docs/RELIABILITY.md.
 //
-// The simulated workers mirror saga-worker (workers/src/worker.cpp) step by
-// step: ingest (validate, dead-letter, insert, run the batch, one scope on a
-// single store that supports it), publish outcomes with an outbox flag,
-// store offsets after the batch is durable, recover expired leases. They
-// run the real SagaEngine; the operator runs the real cancel_transfer and
-// retry_transfer. Only Kafka and the store are simulated.
+// The workers are saga-worker's own loop (sagapool::Worker, one step() per
+// turn) wired to a simulated Kafka and a manual clock through worker_io.hpp;
+// a crash is a SimCrash unwinding step(), a pause is other actors' turns
+// inside one of its store calls. The operator runs the real cancel_transfer
+// and retry_transfer. Only Kafka, the clock and the store are simulated.
 #include "simulation.hpp"
 
+#include <prometheus/registry.h>
+
 #include <algorithm>
+#include <atomic>
+#include <charconv>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -26,8 +29,12 @@
 #include "sagapool/ledger.hpp"
 #include "sagapool/memory_store.hpp"
 #include "sagapool/operator_actions.hpp"
+#include "sagapool/outcome.hpp"
+#include "sagapool/probe.hpp"
 #include "sagapool/request.hpp"
 #include "sagapool/saga_engine.hpp"
+#include "sagapool/worker.hpp"
+#include "sagapool/worker_io.hpp"
 
 namespace sagapool::sim {
 
@@ -44,7 +51,7 @@ std::string SimStats::to_text() const {
 namespace {
 
 constexpr std::int64_t kStartMs = 1'700'000'000'000;
-constexpr std::string_view kRequestsTopic = "transfers.requests";
+const WorkerOptions kTopics;  // the topic names the workers use
 constexpr std::string_view kOperator = "sagactl@ops";
 constexpr std::int64_t kOperatorLeaseMs = 5'000;  // as in operator_actions.cpp
 constexpr int kMaxRoundsToSettle = 80;
@@ -91,14 +98,10 @@ struct Message {
   int deliveries = 0;
 };
 
+// A message on the outcomes topic: its key and the JSON the worker wrote.
 struct Outcome {
   std::string id;
-  TransferState state = TransferState::initial;
-  Reason reason = Reason::none;
-  std::string from;
-  std::string to;
-  std::int64_t amount = 0;
-  bool operator==(const Outcome&) const = default;
+  std::string json;
 };
 
 struct DeadLetter {
@@ -115,6 +118,7 @@ struct Partition {
 };
 
 class World;
+class SimOutput;
 
 // A simulated process: a worker or the operator's sagactl.
 struct Actor final : FaultHooks {
@@ -130,22 +134,17 @@ struct Actor final : FaultHooks {
   bool paused = false;
   bool busy = false;
   bool lost_partitions = false;
-  int faults_suppressed = 0;
   int restart_in = 0;  // steps until a dead worker restarts
   std::unique_ptr<Ledger> ledger;
-  std::unique_ptr<SagaEngine> engine;
+  // A worker's process: the real loop on the simulated Kafka and clock.
+  std::unique_ptr<WorkerClock> clock;  // outlives the worker
+  SimOutput* output = nullptr;         // owned by the worker
+  std::unique_ptr<Worker> worker;
+  bool offer_batch = false;  // this turn's poll returns messages
+  int backoffs = 0;          // the worker's sleeps in this turn
   // Kafka: fetch position and stored (not yet committed) offset per owned partition.
   std::map<int, std::int64_t> position;
   std::map<int, std::int64_t> stored;
-  std::vector<Outcome> outbox;         // produced, not yet delivered
-  std::vector<std::string> notified;   // delivered, not yet marked in the store
-  // The batch in flight (ingest or recovery).
-  std::vector<SagaItem> items;
-  std::vector<const Message*> batch;
-  std::vector<NewTransfer> news;
-  std::vector<std::size_t> new_message;
-  std::vector<InsertResult> inserted;
-  std::vector<TransferDoc> claimed;
 };
 
 class CountingObserver final : public SagaObserver {
@@ -156,7 +155,7 @@ class CountingObserver final : public SagaObserver {
   }
   void on_compensation(Reason) override { ++stats_["compensations"]; }
   void on_stage(std::string_view, std::chrono::nanoseconds) override {}
-  void on_store_error(std::string_view, const Status&) override { ++stats_["store errors seen by the engine"]; }
+  void on_store_error(std::string_view, const Status&) override { ++stats_["store errors seen by the operator"]; }
 
  private:
   SimStats& stats_;
@@ -165,10 +164,25 @@ class CountingObserver final : public SagaObserver {
 class World {
  public:
   World(std::uint64_t seed, const SimOptions& options)
-      : seed_(seed), options_(options), rng_(seed ^ 0x5a6a'9001'c0ff'eeULL), observer_(stats_) {}
+      : seed_(seed), options_(options), rng_(seed ^ 0x5a6a'9001'c0ff'eeULL), observer_(stats_), probe_(registry_) {}
 
   SimResult run();
   Status on_call(Actor& a, std::string_view op, Phase phase, bool in_scope);
+
+  // ---- the simulated Kafka and clock, as the workers' SimSource, SimOutput
+  // and SimClock see them ----
+  void fetch(Actor& w, std::size_t max, std::vector<ConsumedMessage>& out);
+  void store_offsets(Actor& w, std::span<const PartitionOffset> offsets);
+  Status seek(Actor& w, std::span<const PartitionOffset> offsets);
+  void commit_offsets(Actor& w);
+  void deliver(std::string_view topic, std::string_view key, std::string_view value,
+               const std::vector<std::pair<std::string, std::string>>& headers);
+  void backoff(Actor& w, std::chrono::milliseconds d);
+  bool chance(std::size_t per_mille) { return !quiet_ && rng_.per_mille(per_mille); }
+  std::int64_t now() { return clock_->now_ms(); }
+  SimStats& stats() { return stats_; }
+  template <typename... Args>
+  void trace(const Args&... args);
 
  private:
   // ---- set-up ----
@@ -182,20 +196,15 @@ class World {
   // ---- actions ----
   template <typename Fn>
   void act(Actor& a, const char* what, Fn&& fn);
+  void turn(Actor& w, bool batch, const char* what);
   void kill(Actor& a, const std::string& why);
+  void stop(Actor& w);
   void restart(Actor& a);
   void rebalance();
   void step();
   void nested_step(Actor& paused);
   void interlude(Actor& a, bool past_lease);
-  void ingest(Actor& w);
-  Status write_batch(Actor& w);
-  Status mark_notified(Actor& w);
-  Status mark_notified_in_store(Actor& w);
-  void recover(Actor& w);
-  void publish_finished(Actor& w);
-  void poll(Actor& w);
-  void commit_offsets(Actor& w);
+  std::vector<std::pair<std::string, std::int64_t>> held_by(const Actor& a);
   void operator_cancel(const std::string& id);
   void operator_retry(const std::string& id);
   void operator_create_account();
@@ -205,21 +214,20 @@ class World {
   // ---- checks ----
   void audit(const char* when);
   void final_checks();
+  void collect_probe_stats();
   void fail(const std::string& what);
-  template <typename... Args>
-  void trace(const Args&... args);
 
   Actor& worker(std::size_t i) { return *workers_[i]; }
   std::vector<Actor*> live_workers(bool include_busy = false);
   std::string random_request_id();
-  std::int64_t now() { return clock_->now_ms(); }
-  std::int64_t backoff_ms(int attempt) { return std::min<std::int64_t>(5000, 50LL << std::min(attempt, 7)); }
 
   std::uint64_t seed_;
   SimOptions options_;
   Rng rng_;
   SimStats stats_;
-  CountingObserver observer_;
+  CountingObserver observer_;  // the operator's
+  prometheus::Registry registry_;
+  WorkerProbe probe_;  // the workers'
   std::string config_;
   std::string failure_;
 
@@ -229,6 +237,7 @@ class World {
   std::size_t worker_count_ = 2;
   std::int64_t lease_ms_ = 5000;
   std::size_t batch_size_ = 8;
+  std::chrono::milliseconds recovery_interval_{1000};
   std::size_t fault_rate_ = 50;  // per 10,000 store calls
   std::size_t steps_ = 200;
   int retry_call_budget_ = 0;
@@ -241,6 +250,7 @@ class World {
   std::vector<Partition> partitions_;
   std::vector<std::unique_ptr<Actor>> workers_;
   std::unique_ptr<Actor> operator_;
+  const std::atomic<bool> never_stop_{false};  // workers stop by drain() (stop())
 
   // What the simulated Kafka topics received.
   std::vector<Outcome> outcomes_;
@@ -256,6 +266,118 @@ class World {
   int depth_ = 0;        // interludes in progress
   bool quiet_ = false;   // no faults (the settling phase)
   std::size_t step_no_ = 0;
+};
+
+// ---- the workers' connections ---------------------------------------------------
+
+// The consumer-group member: partitions, positions and offsets are the
+// world's (World::rebalance moves them).
+class SimSource final : public RequestSource {
+ public:
+  SimSource(World& world, Actor& actor) : world_(world), actor_(actor) {}
+  Status poll_batch(std::size_t max, std::chrono::milliseconds, std::vector<ConsumedMessage>& out) override {
+    world_.fetch(actor_, max, out);
+    return Status::ok();
+  }
+  Status store_offsets(std::span<const PartitionOffset> offsets) override {
+    world_.store_offsets(actor_, offsets);
+    return Status::ok();
+  }
+  Status seek(std::span<const PartitionOffset> offsets) override { return world_.seek(actor_, offsets); }
+  void close() override { world_.commit_offsets(actor_); }
+
+ private:
+  World& world_;
+  Actor& actor_;
+};
+
+// The producer: messages wait in a queue until a poll reports them, some
+// turns later; a few are refused (queue full) or fail to deliver; on a crash
+// those in flight reach their topic or not, unreported.
+class SimOutput final : public MessageOutput {
+ public:
+  explicit SimOutput(World& world) : world_(world) {}
+  void set_listener(DeliveryListener* listener) override { listener_ = listener; }
+  Status produce(const std::string& topic, std::string_view key, std::string_view value,
+                 std::span<const MessageHeader> headers, void* opaque, rd_kafka_resp_err_t* err) override {
+    if (world_.chance(10)) {
+      ++world_.stats()["messages refused by the producer (queue full)"];
+      if (err != nullptr) *err = RD_KAFKA_RESP_ERR__QUEUE_FULL;
+      return Status::retry_call("simulated producer queue full");
+    }
+    Queued& q = queue_.emplace_back();
+    q.topic = topic;
+    q.key.assign(key);
+    q.value.assign(value);
+    for (const MessageHeader& h : headers) q.headers.emplace_back(h.name, h.value);
+    q.opaque = opaque;
+    return Status::ok();
+  }
+  int poll(std::chrono::milliseconds) override { return report(false); }
+  bool flush(std::chrono::milliseconds) override {
+    report(true);
+    return true;
+  }
+  int outq_len() const override { return static_cast<int>(queue_.size()); }
+  void close(std::chrono::milliseconds) override { report(true); }
+  Status fatal_error() const override { return Status::ok(); }
+
+  // The process died: what was in flight reached its topic or not.
+  void crash() {
+    for (const Queued& q : queue_) {
+      if (!world_.chance(500)) world_.deliver(q.topic, q.key, q.value, q.headers);
+    }
+    queue_.clear();
+  }
+
+ private:
+  struct Queued {
+    std::string topic, key, value;
+    std::vector<std::pair<std::string, std::string>> headers;
+    void* opaque = nullptr;
+  };
+
+  int report(bool all) {
+    std::vector<Queued> now;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (all || !world_.chance(300)) {
+        now.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const Queued& q : now) {
+      DeliveryReport r{q.opaque, RD_KAFKA_RESP_ERR_NO_ERROR, q.topic, q.key};
+      if (world_.chance(20)) {
+        ++world_.stats()["deliveries failed"];
+        r.err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+      } else {
+        world_.deliver(q.topic, q.key, q.value, q.headers);
+      }
+      if (listener_ != nullptr) listener_->on_delivery(r);
+    }
+    return static_cast<int>(now.size());
+  }
+
+  World& world_;
+  DeliveryListener* listener_ = nullptr;
+  std::vector<Queued> queue_;
+};
+
+// The manual clock; a worker's backoff moves it on.
+class SimClock final : public WorkerClock {
+ public:
+  SimClock(World& world, Actor& actor) : world_(world), actor_(actor) {}
+  std::chrono::steady_clock::time_point now() override {
+    return std::chrono::steady_clock::time_point(std::chrono::milliseconds(world_.now()));
+  }
+  std::int64_t wall_ms() override { return world_.now(); }
+  void sleep_for(std::chrono::milliseconds d) override { world_.backoff(actor_, d); }
+
+ private:
+  World& world_;
+  Actor& actor_;
 };
 
 Status Actor::on_call(std::string_view op, Phase phase, bool in_scope) {
@@ -277,6 +399,9 @@ void World::draw_config() {
   const std::int64_t leases[] = {2'000, 5'000, 30'000};
   lease_ms_ = leases[rng_.below(3)];
   batch_size_ = 1 + rng_.below(12);
+  const std::chrono::milliseconds intervals[] = {std::chrono::milliseconds(0), std::chrono::milliseconds(200),
+                                                 std::chrono::milliseconds(1000)};
+  recovery_interval_ = intervals[rng_.below(3)];
   fault_rate_ = 150 + rng_.below(600);  // 1.5 % .. 7.5 % of store calls
   steps_ = 200 + rng_.below(500);
   retry_call_budget_ = rng_.per_mille(300) ? 1 : 0;  // each costs the engine a real 10 ms backoff
@@ -284,7 +409,7 @@ void World::draw_config() {
                          "two shards"};
   std::ostringstream c;
   c << modes[mode] << ", " << worker_count_ << " workers, lease " << lease_ms_ << "ms, batch "
-    << batch_size_ << ", faults on " << static_cast<double>(fault_rate_) / 100.0 << "% of store calls, " << steps_ << " steps";
+    << batch_size_ << ", recovery every " << recovery_interval_.count() << "ms, faults on " << static_cast<double>(fault_rate_) / 100.0 << "% of store calls, " << steps_ << " steps";
   config_ = c.str();
 }
 
@@ -416,7 +541,19 @@ void World::open(Actor& a) {
     // Half the restarts keep the worker id (--worker-id, a StatefulSet pod),
     // half get a new one (host:pid).
     a.owner = "w" + std::to_string(a.index) + (a.incarnation > 1 && rng_.per_mille(500) ? "" : "#" + std::to_string(a.incarnation));
-    a.engine = std::make_unique<SagaEngine>(*a.ledger, SagaEngine::Options{a.owner, lease_ms_, 5}, &observer_);
+    WorkerOptions o;
+    o.worker_id = a.owner;
+    o.lease_ms = lease_ms_;
+    o.batch_size = batch_size_;
+    o.recovery_interval = recovery_interval_;
+    a.clock = std::make_unique<SimClock>(*this, a);
+    WorkerIo io;
+    io.source = std::make_unique<SimSource>(*this, a);
+    auto output = std::make_unique<SimOutput>(*this);
+    a.output = output.get();
+    io.output = std::move(output);
+    io.clock = a.clock.get();
+    a.worker = std::make_unique<Worker>(o, *a.ledger, probe_, std::move(io));
   }
   a.alive = true;
 }
@@ -424,7 +561,7 @@ void World::open(Actor& a) {
 // ---- fault injection ------------------------------------------------------------
 
 Status World::on_call(Actor& a, std::string_view op, Phase phase, bool in_scope) {
-  if (quiet_ || a.faults_suppressed > 0 || op == "rollback" || !failure_.empty()) return Status::ok();
+  if (quiet_ || op == "rollback" || !failure_.empty()) return Status::ok();
   if (rng_.below(10'000) >= fault_rate_) return Status::ok();
   const std::string where = std::string(op) + (phase == Phase::before ? " (before)" : " (after)");
   const std::size_t dice = rng_.below(100);
@@ -464,10 +601,7 @@ Status World::on_call(Actor& a, std::string_view op, Phase phase, bool in_scope)
 void World::interlude(Actor& a, bool past_lease) {
   ++depth_;
   a.paused = true;
-  std::vector<std::pair<std::string, std::int64_t>> held;
-  for (const SagaItem& it : a.items) {
-    if (!it.dropped && !is_terminal(it.state)) held.emplace_back(it.id, it.epoch);
-  }
+  const std::vector<std::pair<std::string, std::int64_t>> held = held_by(a);
   if (past_lease) {
     ++stats_["zombies (paused past the lease)"];
     clock_->advance(std::max(lease_ms_, kOperatorLeaseMs) + rng_.range(1, lease_ms_));
@@ -499,6 +633,19 @@ void World::interlude(Actor& a, bool past_lease) {
   --depth_;
 }
 
+// Transfers under `a`'s lease, with their epochs, as the store has them.
+std::vector<std::pair<std::string, std::int64_t>> World::held_by(const Actor& a) {
+  std::vector<std::pair<std::string, std::int64_t>> held;
+  for (const RequestSpec& r : requests_) {
+    std::optional<TransferDoc> d;
+    if (check_ledger_->transfers().load_transfer(r.id, d) && d && d->owner == a.owner &&
+        !is_terminal(d->state) && d->lease_until_ms > now()) {
+      held.emplace_back(r.id, d->epoch);
+    }
+  }
+  return held;
+}
+
 // ---- actions --------------------------------------------------------------------
 
 template <typename Fn>
@@ -520,13 +667,22 @@ void World::act(Actor& a, const char* what, Fn&& fn) {
   }
 }
 
+// One turn of a worker's loop: Worker::step, with a batch to consume or not.
+void World::turn(Actor& w, bool batch, const char* what) {
+  act(w, what, [&] {
+    w.offer_batch = batch;
+    w.backoffs = 0;
+    if (Status s = w.worker->step(never_stop_); !s) fail("worker " + w.owner + " stopped: " + s.message());
+  });
+}
+
 void World::kill(Actor& a, const std::string& why) {
   trace(a.owner, " dies: ", why);
-  a.engine.reset();
+  if (a.output != nullptr) a.output->crash();
+  a.output = nullptr;
+  a.worker.reset();
+  a.clock.reset();
   a.ledger.reset();  // drops its connections: an open scope rolls back
-  a.outbox.clear();
-  a.notified.clear();
-  a.items.clear();
   a.stored.clear();
   a.position.clear();
   a.alive = false;
@@ -540,6 +696,19 @@ void World::kill(Actor& a, const std::string& why) {
     if (p.owner == a.index) p.owner = -1;
   }
   rebalance();
+}
+
+// SIGTERM: the worker drains (publishes what is queued, stores and commits
+// its offsets, leaves the group), then the process exits.
+void World::stop(Actor& w) {
+  bool drained = false;
+  act(w, "stops (SIGTERM)", [&] {
+    w.worker->drain();
+    drained = true;
+  });
+  if (!drained) return;  // it crashed while draining
+  ++stats_["graceful stops"];
+  kill(w, "stopped");
 }
 
 void World::restart(Actor& a) {
@@ -595,176 +764,96 @@ void World::produce_more() {
   }
 }
 
-void World::poll(Actor& w) {
-  for (Outcome& o : w.outbox) {
-    if (!quiet_ && rng_.per_mille(20)) {  // delivery failed: recovery publishes it again
-      ++stats_["outcome deliveries failed"];
+// The worker's poll: when the turn offers a batch, up to `max` messages from
+// one or more of its partitions, from their fetch positions.
+void World::fetch(Actor& w, std::size_t max, std::vector<ConsumedMessage>& out) {
+  out.clear();
+  if (!std::exchange(w.offer_batch, false)) return;
+  for (bool first = true; out.size() < max && (first || rng_.per_mille(300)); first = false) {
+    std::vector<int> ready;
+    for (const auto& [p, pos] : w.position) {
+      if (static_cast<std::size_t>(pos) < partitions_[static_cast<std::size_t>(p)].visible) ready.push_back(p);
+    }
+    if (ready.empty()) break;
+    const int p = rng_.pick(ready);
+    Partition& part = partitions_[static_cast<std::size_t>(p)];
+    std::int64_t& pos = w.position[p];
+    const std::size_t n = std::min(max - out.size(), part.visible - static_cast<std::size_t>(pos));
+    for (std::size_t k = 0; k < n; ++k, ++pos) {
+      Message& m = part.log[static_cast<std::size_t>(pos)];
+      if (++m.deliveries > 1) ++stats_["messages redelivered"];
+      ++stats_["messages delivered"];
+      out.push_back({kTopics.requests_topic, p, m.offset, now(), m.key, m.value});
+      trace("  ", p, "/", m.offset, ": ", m.value);
+    }
+  }
+  if (!out.empty()) ++stats_["batches consumed"];
+}
+
+// Offsets of partitions revoked meanwhile are not stored (librdkafka: _STATE).
+void World::store_offsets(Actor& w, std::span<const PartitionOffset> offsets) {
+  for (const PartitionOffset& o : offsets) {
+    if (partitions_[static_cast<std::size_t>(o.partition)].owner != w.index) {
+      ++stats_["offsets not stored (partition revoked meanwhile)"];
       continue;
     }
-    w.notified.push_back(o.id);
-    outcomes_.push_back(std::move(o));
-  }
-  w.outbox.clear();
-}
-
-void World::publish_finished(Actor& w) {
-  for (const SagaItem& it : w.items) {
-    if (it.dropped || !is_terminal(it.state)) continue;
-    w.outbox.push_back({it.id, it.state, it.reason, it.source, it.destination, it.amount});
+    std::int64_t& stored = w.stored[o.partition];
+    stored = std::max(stored, o.offset);
   }
 }
 
-Status World::mark_notified_in_store(Actor& w) {
-  std::vector<std::string_view> views(w.notified.begin(), w.notified.end());
-  return w.ledger->transfers().mark_notified(views);
-}
-
-// Worker::mark_notified: in its own transaction; a transient failure leaves
-// the outcomes to be published again after their lease.
-Status World::mark_notified(Actor& w) {
-  if (w.notified.empty()) return Status::ok();
-  Status s = mark_notified_in_store(w);
-  if (!s && s.kind() == ErrorKind::fatal) return s;
-  w.notified.clear();
+Status World::seek(Actor& w, std::span<const PartitionOffset> offsets) {
+  ++stats_["batches consumed again (seek)"];
+  for (const PartitionOffset& o : offsets) {
+    if (partitions_[static_cast<std::size_t>(o.partition)].owner != w.index) {
+      return Status::retry_call("seek: partition " + std::to_string(o.partition) + " is not assigned");
+    }
+    w.position[o.partition] = o.offset;
+  }
   return Status::ok();
 }
 
-// Worker::write_batch.
-Status World::write_batch(Actor& w) {
-  Store& transfers = w.ledger->transfers();
-  const bool scoped = w.ledger->shard_count() == 1 && transfers.supports_scope();
-  w.items.clear();
-  if (scoped) {
-    if (Status s = transfers.begin_scope(); !s) return s;
+// The worker retries a store that is down with a backoff: time passes.
+void World::backoff(Actor& w, std::chrono::milliseconds d) {
+  ++stats_["worker backoffs (store unavailable)"];
+  if (++w.backoffs > 200) {
+    fail(w.owner + " retried the store 200 times in one turn");
+    throw SimCrash{"an endless retry"};
   }
-  auto failed = [&](Status s) {
-    if (scoped) transfers.end_scope(false).ignore();
-    return s;
+  clock_->advance(d.count());
+}
+
+// A message reached its topic. Dead letters are read back from their headers.
+void World::deliver(std::string_view topic, std::string_view key, std::string_view value,
+                    const std::vector<std::pair<std::string, std::string>>& headers) {
+  if (topic == kTopics.results_topic) {
+    outcomes_.push_back({std::string(key), std::string(value)});
+    return;
+  }
+  if (topic != kTopics.dlq_topic) {
+    fail("a message was produced to " + std::string(topic));
+    return;
+  }
+  auto header = [&](std::string_view name) -> std::string {
+    for (const auto& [n, v] : headers) {
+      if (n == name) return v;
+    }
+    return {};
   };
-  if (scoped && !w.notified.empty()) {
-    if (Status s = mark_notified_in_store(w); !s) return failed(s);
+  std::size_t p = 0;
+  std::int64_t offset = -1;
+  const std::string ps = header("saga.source.partition");
+  const std::string os = header("saga.source.offset");
+  std::from_chars(ps.data(), ps.data() + ps.size(), p);
+  std::from_chars(os.data(), os.data() + os.size(), offset);
+  if (header("saga.source.topic") != kTopics.requests_topic || p >= partitions_.size() || offset < 0 ||
+      static_cast<std::size_t>(offset) >= partitions_[p].log.size()) {
+    fail("a dead letter names no message it came from: " + ps + "/" + os);
+    return;
   }
-  w.inserted.resize(w.news.size());
-  if (!w.news.empty()) {
-    if (Status s = transfers.insert_transfers(w.news, w.owner, lease_ms_, w.inserted); !s) return failed(s);
-  }
-  for (std::size_t i = 0; i < w.news.size(); ++i) {
-    if (w.inserted[i] != InsertResult::inserted) continue;
-    const RequestView& r = w.news[i].request;
-    SagaItem& it = w.items.emplace_back();
-    it.id.assign(r.id);
-    it.source.assign(r.from);
-    it.destination.assign(r.to);
-    it.currency.assign(r.currency);
-    it.amount = r.amount;
-    it.epoch = 1;
-    it.requested_at_ms = w.news[i].requested_at_ms;
-    it.state = TransferState::initial;
-    it.fresh = scoped;
-  }
-  if (!scoped) {
-    if (Status s = w.engine->run(w.items); !s) return s;
-    return mark_notified(w);
-  }
-  if (Status s = w.engine->run_in_scope(w.items); !s) return failed(s);
-  if (Status s = transfers.end_scope(true); !s) return failed(s);
-  return Status::ok();
-}
-
-// Worker::ingest_batch for one fetched batch of one partition.
-void World::ingest(Actor& w) {
-  std::vector<int> ready;
-  for (const auto& [p, pos] : w.position) {
-    if (static_cast<std::size_t>(pos) < partitions_[static_cast<std::size_t>(p)].visible) ready.push_back(p);
-  }
-  if (ready.empty()) return;
-  const int p = rng_.pick(ready);
-  Partition& part = partitions_[static_cast<std::size_t>(p)];
-  const std::int64_t from = w.position[p];
-  const std::size_t n = std::min(batch_size_, part.visible - static_cast<std::size_t>(from));
-  const std::int64_t end = from + static_cast<std::int64_t>(n);
-  w.position[p] = end;
-  ++stats_["batches ingested"];
-  w.batch.clear();
-  w.news.clear();
-  w.new_message.clear();
-  for (std::size_t k = 0; k < n; ++k) {
-    Message& m = part.log[static_cast<std::size_t>(from) + k];
-    if (++m.deliveries > 1) ++stats_["messages redelivered"];
-    ++stats_["messages delivered"];
-    w.batch.push_back(&m);
-    NewTransfer t;
-    const RequestError e = parse_request(m.value, t.request);
-    if (e != RequestError::ok) {
-      dead_letters_.push_back({&m, "invalid", std::string(error_code(e))});
-      continue;
-    }
-    t.payload_hash = payload_hash(t.request);
-    t.requested_at_ms = now();
-    t.origin_topic = kRequestsTopic;
-    t.origin_partition = p;
-    t.origin_offset = m.offset;
-    w.news.push_back(t);
-    w.new_message.push_back(k);
-    trace("  ", t.request.id, ": ", t.request.from, " -> ", t.request.to, " ", t.request.amount,
-          " (", p, "/", m.offset, ")");
-  }
-  w.inserted.assign(w.news.size(), InsertResult::duplicate);
-  // The store may fail: keep the batch and retry (the real worker retries
-  // until it succeeds); after a few attempts the simulated store "comes back".
-  int attempt = 0;
-  for (;; ++attempt) {
-    if (attempt == 4) ++w.faults_suppressed;
-    Status s = write_batch(w);
-    if (s) break;
-    if (s.kind() == ErrorKind::fatal || attempt == 50) {
-      if (attempt >= 4) --w.faults_suppressed;
-      fail("store error during ingest by " + w.owner + " (attempt " + std::to_string(attempt + 1) +
-           "): " + s.message());
-      return;
-    }
-    ++stats_["ingest retries"];
-    clock_->advance(backoff_ms(attempt));
-  }
-  if (attempt >= 4) --w.faults_suppressed;
-  w.notified.clear();
-  for (std::size_t i = 0; i < w.news.size(); ++i) {
-    if (w.inserted[i] != InsertResult::conflict) continue;
-    dead_letters_.push_back({w.batch[w.new_message[i]], "conflict", "conflict"});
-  }
-  publish_finished(w);
-  // Dead letters are delivered at once here; store the batch's offsets if
-  // the partition is still ours (a zombie's were revoked).
-  if (part.owner == w.index) w.stored[p] = std::max(w.stored[p], end);
-  else ++stats_["offsets not stored (partition revoked meanwhile)"];
-}
-
-// Worker::recover.
-void World::recover(Actor& w) {
-  for (int round = 0; round < 8; ++round) {
-    Status s = w.ledger->transfers().claim_expired(w.owner, lease_ms_, batch_size_, w.claimed);
-    if (!s) {
-      if (s.kind() == ErrorKind::fatal) fail("fatal store error in recovery by " + w.owner + ": " + s.message());
-      return;
-    }
-    if (w.claimed.empty()) break;
-    stats_["transfers claimed by recovery"] += static_cast<std::int64_t>(w.claimed.size());
-    w.items.clear();
-    for (const TransferDoc& d : w.claimed) {
-      if (is_terminal(d.state)) {
-        ++stats_["outcomes republished by recovery"];
-        w.outbox.push_back({d.id, d.state, d.reason, d.source, d.destination, d.amount});
-      } else {
-        w.items.emplace_back().assign(d);
-      }
-    }
-    if (Status r = w.engine->run(w.items); !r) {
-      fail("fatal error from the engine in recovery by " + w.owner + ": " + r.message());
-      return;
-    }
-    publish_finished(w);
-    if (w.claimed.size() < batch_size_) break;
-  }
+  const Message& m = partitions_[p].log[static_cast<std::size_t>(offset)];
+  if (m.key != key || m.value != value) fail("dead letter " + ps + "/" + os + " does not carry its message's bytes");
+  dead_letters_.push_back({&m, header("saga.reason"), header("saga.error")});
 }
 
 void World::operator_cancel(const std::string& id) {
@@ -844,23 +933,9 @@ void World::step() {
   if (live.empty() || dice < 60) {
     produce_more();
   } else if (dice < 460) {
-    Actor& w = *rng_.pick(live);
-    act(w, "ingests", [&] {
-      poll(w);
-      ingest(w);
-    });
-  } else if (dice < 600) {
-    Actor& w = *rng_.pick(live);
-    act(w, "recovers", [&] {
-      poll(w);
-      recover(w);
-    });
+    turn(*rng_.pick(live), true, "steps with a batch");
   } else if (dice < 680) {
-    Actor& w = *rng_.pick(live);
-    act(w, "idles", [&] {
-      poll(w);
-      if (Status s = mark_notified(w); !s) fail(s.message());
-    });
+    turn(*rng_.pick(live), false, "steps without a batch");
   } else if (dice < 740) {
     commit_offsets(*rng_.pick(live));
   } else if (dice < 860) {
@@ -873,11 +948,13 @@ void World::step() {
     operator_retry(random_request_id());
   } else if (dice < 960) {
     operator_create_account();
-  } else if (dice < 975) {
+  } else if (dice < 970) {
     Actor& w = *rng_.pick(live);
     ++stats_["crashes"];
     ++stats_["crash site between batches (SIGKILL)"];
     kill(w, "killed between batches");
+  } else if (dice < 975) {
+    stop(*rng_.pick(live));
   } else {
     rebalance();
   }
@@ -890,17 +967,9 @@ void World::nested_step(Actor& paused) {
   if (live.empty() || dice < 10) {
     clock_->advance(rng_.range(1, 300));
   } else if (dice < 55) {
-    Actor& w = *rng_.pick(live);
-    act(w, "recovers (during a pause)", [&] {
-      poll(w);
-      recover(w);
-    });
+    turn(*rng_.pick(live), false, "steps without a batch (during a pause)");
   } else if (dice < 85) {
-    Actor& w = *rng_.pick(live);
-    act(w, "ingests (during a pause)", [&] {
-      poll(w);
-      ingest(w);
-    });
+    turn(*rng_.pick(live), true, "steps with a batch (during a pause)");
   } else if (!paused.is_operator && dice < 95) {
     operator_cancel(random_request_id());
   } else if (!paused.is_operator) {
@@ -919,32 +988,26 @@ void World::settle() {
   for (Partition& p : partitions_) p.visible = p.log.size();
   for (int round = 0; round < kMaxRoundsToSettle && failure_.empty(); ++round) {
     for (auto& w : workers_) {
-      act(*w, "drains", [&] {
-        poll(*w);
-        if (Status s = mark_notified(*w); !s) fail(s.message());
-        for (int guard = 0; guard < 10'000; ++guard) {
-          bool more = false;
-          for (const auto& [p, pos] : w->position) {
-            more |= static_cast<std::size_t>(pos) < partitions_[static_cast<std::size_t>(p)].visible;
-          }
-          if (!more) break;
-          ingest(*w);
-          poll(*w);
+      // Steps until it has consumed everything, and one more to deliver and
+      // record the last outcomes.
+      for (int guard = 0; guard < 10'000 && failure_.empty(); ++guard) {
+        bool more = false;
+        for (const auto& [p, pos] : w->position) {
+          more |= static_cast<std::size_t>(pos) < partitions_[static_cast<std::size_t>(p)].visible;
         }
-      });
+        turn(*w, more, "drains");
+        if (!more) break;
+      }
       commit_offsets(*w);
     }
     clock_->advance(std::max(lease_ms_, kOperatorLeaseMs) + 1);
     for (auto& w : workers_) {
-      act(*w, "recovers", [&] {
-        recover(*w);
-        poll(*w);
-        if (Status s = mark_notified(*w); !s) fail(s.message());
-      });
+      turn(*w, false, "recovers");  // recovery is due: the clock passed its interval
+      turn(*w, false, "publishes");
     }
     bool open = false;
     for (const Partition& p : partitions_) open |= p.committed != static_cast<std::int64_t>(p.log.size());
-    for (auto& w : workers_) open |= !w->outbox.empty() || !w->notified.empty();
+    for (auto& w : workers_) open |= w->output != nullptr && w->output->outq_len() > 0;
     std::size_t unfinished = 0;
     if (Status s = check_ledger_->transfers().scan_transfer_states([&](std::string_view, TransferState st, bool n) {
           if (!is_terminal(st) || !n) ++unfinished;
@@ -1014,8 +1077,8 @@ void World::final_checks() {
       fail(st.message());
     }
   }
-  std::map<std::string, std::vector<const Outcome*>> published;
-  for (const Outcome& o : outcomes_) published[o.id].push_back(&o);
+  std::map<std::string, std::vector<const std::string*>> published;
+  for (const Outcome& o : outcomes_) published[o.id].push_back(&o.json);
   std::map<const Message*, std::set<std::string>> dead;
   for (const DeadLetter& d : dead_letters_) dead[d.message].insert(d.reason + "/" + d.code);
   std::set<std::string> valid_ids;
@@ -1045,18 +1108,15 @@ void World::final_checks() {
     ++stats_[d->state == TransferState::done ? "transfers done" : "transfers canceled"];
     // Exactly one outcome: published at least once, every copy the same, and
     // the same as the ledger's.
-    const Outcome expected{d->id, d->state, d->reason, d->source, d->destination, d->amount};
+    std::string expected;
+    format_outcome({d->id, d->state, d->reason, d->source, d->destination, d->amount, d->finished_at_ms}, expected);
     const auto pub = published.find(r.id);
     if (pub == published.end()) {
       fail("transfer " + r.id + " finished " + std::string(to_string(d->state)) + " but no outcome was published");
     } else {
       stats_["outcome messages published more than once"] += static_cast<std::int64_t>(pub->second.size() - 1);
-      for (const Outcome* o : pub->second) {
-        if (!(*o == expected)) {
-          fail("transfer " + r.id + ": a published outcome (" + std::string(to_string(o->state)) + "/" +
-               std::string(to_string(o->reason)) + ") differs from the ledger's (" +
-               std::string(to_string(d->state)) + "/" + std::string(to_string(d->reason)) + ")");
-        }
+      for (const std::string* o : pub->second) {
+        if (*o != expected) fail("transfer " + r.id + ": a published outcome " + *o + " differs from the ledger's " + expected);
       }
     }
     // Postings: the transfer's own accounts and amount, on the legs its
@@ -1127,6 +1187,25 @@ void World::final_checks() {
   stats_["outcome messages"] += static_cast<std::int64_t>(outcomes_.size());
 }
 
+// What the workers' probe counted (saga-worker's metrics).
+void World::collect_probe_stats() {
+  for (const prometheus::MetricFamily& family : registry_.Collect()) {
+    for (const prometheus::ClientMetric& m : family.metric) {
+      const auto value = static_cast<std::int64_t>(m.counter.value);
+      if (family.name == "saga_stage_transitions_total") {
+        stats_["engine transitions"] += value;
+      } else if (family.name == "saga_compensations_total") {
+        stats_["compensations"] += value;
+      } else if (family.name == "saga_store_errors_total") {
+        stats_["store errors seen by the workers"] += value;
+      } else if (family.name == "saga_recoveries_total") {
+        const bool terminal = !m.label.empty() && (m.label[0].value == "done" || m.label[0].value == "canceled");
+        stats_[terminal ? "outcomes republished by recovery" : "transfers resumed by recovery"] += value;
+      }
+    }
+  }
+}
+
 SimResult World::run() {
   draw_config();
   clock_ = std::make_shared<ManualClock>(kStartMs);
@@ -1160,6 +1239,7 @@ SimResult World::run() {
   }
   if (failure_.empty()) settle();
   if (failure_.empty()) final_checks();
+  collect_probe_stats();
   ++stats_["seeds"];
   SimResult r;
   r.ok = failure_.empty();

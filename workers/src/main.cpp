@@ -13,11 +13,13 @@
 #include <thread>
 
 #include "sagapool/config.hpp"
+#include "sagapool/failpoints.hpp"
 #include "sagapool/http_server.hpp"
+#include "sagapool/kafka_io.hpp"
 #include "sagapool/log.hpp"
 #include "sagapool/probe.hpp"
 #include "sagapool/store_collector.hpp"
-#include "worker.hpp"
+#include "sagapool/worker.hpp"
 
 namespace {
 
@@ -159,8 +161,13 @@ int main(int argc, char** argv) {
     return 3;
   }
 
-  std::unique_ptr<Worker> worker;
-  if (Status s = Worker::create(o, *ledger, probe, worker); !s) return bad(s.message());
+  if (Status s = failpoints::init_from_env(); !s) return bad(s.message());  // SAGA_FAILPOINTS
+  SystemClock clock;
+  WorkerIo io;
+  io.clock = &clock;
+  if (Status s = KafkaMessageOutput::create(o, io.output); !s) return bad(s.message());
+  if (Status s = KafkaRequestSource::create(o, io.source); !s) return bad(s.message());
+  auto worker = std::make_unique<Worker>(o, *ledger, probe, std::move(io));
   running.store(worker.get(), std::memory_order_release);
 
   struct sigaction sa {};

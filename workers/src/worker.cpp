@@ -1,25 +1,17 @@
-#include "worker.hpp"
-#include "sagapool/failpoints.hpp"
+#include "sagapool/worker.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <thread>
+
+#include "sagapool/failpoints.hpp"
 
 namespace sagapool {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Outcome delivery reports carry this tag; dead letters carry their batch's
 // PendingOffsets.
 char kOutcomeTag;
-
-std::int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // A dead letter librdkafka or the broker refuses as too large is sent again
 // cut to these sizes (any valid request is smaller), with headers that say
@@ -45,82 +37,66 @@ std::chrono::milliseconds backoff(int attempt) {
 
 }  // namespace
 
-Worker::Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe)
+Worker::Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe, WorkerIo io)
     : options_(options),
       ledger_(ledger),
       probe_(probe),
-      engine_(ledger, {options.worker_id, options.lease_ms, 5}, &probe) {}
-
-// The producer goes first: closing it serves the last delivery reports,
-// which still reach offsets_ and the notified buffer.
-Worker::~Worker() {
-  producer_.reset();
-  consumer_.reset();
+      engine_(ledger, {options.worker_id, options.lease_ms, 5}, &probe),
+      source_(std::move(io.source)),
+      output_(std::move(io.output)),
+      clock_(*io.clock),
+      next_recovery_(clock_.now()) {
+  output_->set_listener(this);
+  batch_.reserve(options.batch_size);
+  new_.reserve(options.batch_size);
+  items_.reserve(options.batch_size);
 }
 
-Status Worker::create(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe,
-                      std::unique_ptr<Worker>& out) {
-  auto w = std::unique_ptr<Worker>(new Worker(options, ledger, probe));
-  if (Status s = failpoints::init_from_env(); !s) return s;  // SAGA_FAILPOINTS, once
-  KafkaProducerOptions popts;
-  popts.brokers = options.brokers;
-  popts.kafka_opts = options.kafka_opts;
-  popts.client_id = options.worker_id;
-  if (Status s = KafkaProducer::create(popts, w.get(), w->producer_); !s) return s;
-  ConsumerOptions copts{options.brokers, options.group, options.requests_topic, options.worker_id,
-                        options.kafka_opts};
-  if (Status s = Consumer::create(copts, w->consumer_); !s) return s;
-  w->batch_.reserve(options.batch_size);
-  w->new_.reserve(options.batch_size);
-  w->items_.reserve(options.batch_size);
-  out = std::move(w);
-  return Status::ok();
+// The output goes first: closing it serves the last delivery reports, which
+// still reach offsets_ and the notified buffer.
+Worker::~Worker() {
+  output_.reset();
+  source_.reset();
 }
 
 Status Worker::run(const std::atomic<bool>& stop) {
-  auto next_recovery = Clock::now();
   Status result;
-  while (!stop.load(std::memory_order_relaxed)) {
-    last_loop_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-    // A short wait: under load, what arrived while the last batch ran fills
-    // the next one (batches grow with the backlog); when idle, a request
-    // waits at most this long for company.
-    constexpr std::chrono::milliseconds kBatchWait{5};
-    result = consumer_->poll_batch(options_.batch_size, kBatchWait, batch_);
-    if (!result) break;
-    if (!batch_.empty()) {
-      result = ingest_batch(stop);
-      if (!result) break;
-    }
-    producer_->poll(std::chrono::milliseconds(0));
-    if (batch_.empty()) {
-      result = mark_notified();  // otherwise done inside the next batch's transaction
-      if (!result) break;
-    }
-    result = store_ready_offsets();
-    if (!result) break;
-    if (producer_->has_fatal_error()) {
-      result = producer_->fatal_error();
-      break;
-    }
-    if (!write_refused_.empty()) {
-      result = Status::fatal(write_refused_);
-      break;
-    }
-    if (Clock::now() >= next_recovery) {
-      result = recover();
-      if (!result) break;
-      next_recovery = Clock::now() + options_.recovery_interval;
-    }
+  while (!stop.load(std::memory_order_relaxed) && (result = step(stop))) {
   }
-  // Drain: everything ingested is durable; publish what is queued, record
-  // it, store the offsets whose dead letters arrived, then leave the group
-  // (committing offsets).
+  drain();
+  return result;
+}
+
+Status Worker::step(const std::atomic<bool>& stop) {
+  last_loop_.store(clock_.now().time_since_epoch().count(), std::memory_order_relaxed);
+  // A short wait: under load, what arrived while the last batch ran fills
+  // the next one (batches grow with the backlog); when idle, a request
+  // waits at most this long for company.
+  constexpr std::chrono::milliseconds kBatchWait{5};
+  if (Status s = source_->poll_batch(options_.batch_size, kBatchWait, batch_); !s) return s;
+  if (!batch_.empty()) {
+    if (Status s = ingest_batch(stop); !s) return s;
+  }
+  output_->poll(std::chrono::milliseconds(0));
+  if (batch_.empty()) {
+    if (Status s = mark_notified(); !s) return s;  // otherwise done inside the next batch's transaction
+  }
+  if (Status s = store_ready_offsets(); !s) return s;
+  if (Status s = output_->fatal_error(); !s) return s;
+  if (!write_refused_.empty()) return Status::fatal(write_refused_);
+  if (clock_.now() >= next_recovery_) {
+    if (Status s = recover(); !s) return s;
+    next_recovery_ = clock_.now() + options_.recovery_interval;
+  }
+  return Status::ok();
+}
+
+void Worker::drain() {
   batch_.clear();
   const auto half = options_.drain_timeout / 2;
-  if (!producer_->flush(half)) {
+  if (!output_->flush(half)) {
     spdlog::warn("drain: {} outcome/dead-letter message(s) not delivered in time; recovery will "
-                 "publish the outcomes again", producer_->outq_len());
+                 "publish the outcomes again", output_->outq_len());
   }
   mark_notified().ignore();
   store_ready_offsets().ignore();
@@ -128,42 +104,47 @@ Status Worker::run(const std::atomic<bool>& stop) {
     spdlog::warn("drain: {} batch(es) with undelivered dead letters keep their offsets "
                  "uncommitted; they will be consumed again", offsets_.size());
   }
-  consumer_->close();
-  producer_->close(half);
+  source_->close();
+  output_->close(half);
   spdlog::info("drained and stopped");
-  return result;
+}
+
+void Worker::offsets_of(const std::vector<ConsumedMessage>& batch, std::vector<PartitionOffset>& out) {
+  // One past the highest offset per partition; batches hold few partitions.
+  out.clear();
+  for (const ConsumedMessage& m : batch) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const PartitionOffset& p) { return p.partition == m.partition; });
+    if (it == out.end()) it = out.insert(out.end(), {m.partition, m.offset + 1});
+    it->offset = std::max(it->offset, m.offset + 1);
+  }
 }
 
 Status Worker::ingest_batch(const std::atomic<bool>& stop) {
-  const auto started = Clock::now();
+  const auto started = clock_.now();
   probe_.on_batch(batch_.size());
   PendingOffsets& entry = offsets_.emplace_back();
-  entry.offsets = Consumer::offsets_of(batch_);
+  offsets_of(batch_, entry.offsets);
   new_.clear();
   new_message_.clear();
   for (std::size_t i = 0; i < batch_.size(); ++i) {
-    const rd_kafka_message_t& m = *batch_[i];
-    const std::string_view bytes(static_cast<const char*>(m.payload), m.payload ? m.len : 0);
+    const ConsumedMessage& m = batch_[i];
     NewTransfer t;
-    const RequestError e = parse_request(bytes, t.request);
+    const RequestError e = parse_request(m.value, t.request);
     if (e != RequestError::ok) {
       probe_.on_request(RequestResult::invalid);
-      if (Status s = dead_letter(entry, std::move(batch_[i]), Reason::invalid, error_code(e),
-                                 error_message(e));
-          !s) {
+      if (Status s = dead_letter(entry, m, Reason::invalid, error_code(e), error_message(e)); !s) {
         if (s.kind() != ErrorKind::fatal) {
           consume_again(entry, s);
           return Status::ok();
         }
-        entry.offsets.reset();  // not written: consumed again (see below)
+        entry.store = false;  // not written: consumed again (see below)
         return s;
       }
       continue;
     }
-    rd_kafka_timestamp_type_t type;
     t.payload_hash = payload_hash(t.request);
-    t.requested_at_ms = rd_kafka_message_timestamp(&m, &type);
-    t.origin_topic = rd_kafka_topic_name(m.rkt);
+    t.requested_at_ms = m.timestamp_ms;
+    t.origin_topic = m.topic;
     t.origin_partition = m.partition;
     t.origin_offset = m.offset;
     new_.push_back(t);
@@ -182,10 +163,10 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
       // lost): it is consumed again, and what was written is found as
       // duplicates. The entry stays until the delivery reports of its dead
       // letters, which point at it, have arrived.
-      entry.offsets.reset();
+      entry.store = false;
       return s.kind() == ErrorKind::fatal ? s : Status::ok();
     }
-    std::this_thread::sleep_for(backoff(attempt));
+    clock_.sleep_for(backoff(attempt));
   }
   notified_ids_.clear();
   notified_ends_.clear();
@@ -199,13 +180,11 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
     probe_.on_request(RequestResult::conflict);
     const std::string msg = "transfer id " + std::string(new_[i].request.id) +
                             " was already used with a different payload; the first one stands";
-    if (Status s = dead_letter(entry, std::move(batch_[new_message_[i]]), Reason::conflict,
-                               "conflict", msg);
-        !s) {
+    if (Status s = dead_letter(entry, batch_[new_message_[i]], Reason::conflict, "conflict", msg); !s) {
       // Never store offsets past a conflict not dead-lettered. The batch is
       // durable: consuming it again finds duplicates and the conflicts.
       if (s.kind() == ErrorKind::fatal) {
-        entry.offsets.reset();
+        entry.store = false;
         return s;
       }
       consume_again(entry, s);
@@ -214,7 +193,7 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
   }
   probe_.on_request(RequestResult::accepted, accepted);
   probe_.on_request(RequestResult::duplicate, duplicates);
-  probe_.on_stage("ingest", Clock::now() - started);
+  probe_.on_stage("ingest", clock_.now() - started);
   publish_finished(true);
   return Status::ok();
 }
@@ -269,8 +248,8 @@ Status Worker::write_batch() {
 
 void Worker::publish_finished(bool count_finished) {
   SAGA_FAILPOINT("before_publish").ignore();  // crash or pause only
-  const auto started = Clock::now();
-  const std::int64_t now = wall_ms();
+  const auto started = clock_.now();
+  const std::int64_t now = clock_.wall_ms();
   for (const SagaItem& it : items_) {
     if (it.dropped || !is_terminal(it.state)) continue;
     if (count_finished) {
@@ -279,24 +258,28 @@ void Worker::publish_finished(bool count_finished) {
     }
     publish_outcome({it.id, it.state, it.reason, it.source, it.destination, it.amount, it.finished_at_ms});
   }
-  probe_.on_stage("publish", Clock::now() - started);
+  probe_.on_stage("publish", clock_.now() - started);
 }
 
 void Worker::publish_outcome(const OutcomeFields& f) {
   format_outcome(f, outcome_json_);
-  Status s = producer_->produce(options_.results_topic, f.id, outcome_json_, {}, &kOutcomeTag);
+  Status s = output_->produce(options_.results_topic, f.id, outcome_json_, {}, &kOutcomeTag, nullptr);
   if (!s) {
     // Not queued: the outbox flag stays false and recovery publishes it.
     if (outcome_failures_++ % 1000 == 0) spdlog::warn("outcome not queued: {}", s.message());
   }
 }
 
-Status Worker::dead_letter(PendingOffsets& entry, MessagePtr m, Reason reason, std::string_view code,
-                           std::string_view message) {
+Status Worker::dead_letter(PendingOffsets& entry, const ConsumedMessage& m, Reason reason,
+                           std::string_view code, std::string_view message) {
   probe_.on_dead_letter(reason);
   DeadLetter& d = entry.dead.emplace_back();
   d.entry = &entry;
-  d.original = std::move(m);
+  d.topic.assign(m.topic);
+  d.partition = m.partition;
+  d.offset = m.offset;
+  d.key.assign(m.key);
+  d.value.assign(m.value);
   d.why.append(to_string(reason)).append(1, '\n').append(code).append(1, '\n').append(message);
   return produce_dead_letter(d);
 }
@@ -305,22 +288,21 @@ Status Worker::dead_letter(PendingOffsets& entry, MessagePtr m, Reason reason, s
 // A refusal of the message itself is final for it (give_up_dead_letter);
 // anything else is the caller's to handle.
 Status Worker::produce_dead_letter(DeadLetter& d) {
-  const rd_kafka_message_t& m = *d.original;
   const std::string_view why = d.why;
   const std::size_t a = why.find('\n');
   const std::size_t b = why.find('\n', a + 1);
-  const std::string partition = std::to_string(m.partition);
-  const std::string offset = std::to_string(m.offset);
-  const std::string original_size = std::to_string(m.payload ? m.len : 0);
-  const std::string_view key(static_cast<const char*>(m.key), m.key ? m.key_len : 0);
-  const std::string_view value(static_cast<const char*>(m.payload), m.payload ? m.len : 0);
+  const std::string partition = std::to_string(d.partition);
+  const std::string offset = std::to_string(d.offset);
+  const std::string original_size = std::to_string(d.value.size());
+  const std::string_view key = d.key;
+  const std::string_view value = d.value;
   if (Status fp = SAGA_FAILPOINT("before_dead_letter"); !fp) return fp;
   for (;;) {
     const MessageHeader headers[] = {
         {"saga.reason", why.substr(0, a)},
         {"saga.error", why.substr(a + 1, b - a - 1)},
         {"saga.message", why.substr(b + 1)},
-        {"saga.source.topic", rd_kafka_topic_name(m.rkt)},
+        {"saga.source.topic", d.topic},
         {"saga.source.partition", partition},
         {"saga.source.offset", offset},
         {"saga.truncated", "true"},
@@ -328,7 +310,7 @@ Status Worker::produce_dead_letter(DeadLetter& d) {
     };
     const std::size_t n = d.truncated ? std::size(headers) : std::size(headers) - 2;
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
-    const Status s = producer_->produce(
+    const Status s = output_->produce(
         options_.dlq_topic, d.truncated ? key.substr(0, kDeadLetterKeyKeepBytes) : key,
         d.truncated ? value.substr(0, kDeadLetterKeepBytes) : value, std::span(headers, n), &d, &err);
     if (s) {
@@ -338,7 +320,7 @@ Status Worker::produce_dead_letter(DeadLetter& d) {
     }
     if (too_large(err) && !d.truncated) {
       spdlog::warn("dead letter for {} partition {} offset {} is too large ({} bytes); sending it "
-                   "truncated", rd_kafka_topic_name(m.rkt), m.partition, m.offset, original_size);
+                   "truncated", d.topic, d.partition, d.offset, original_size);
       d.truncated = true;
       continue;
     }
@@ -351,12 +333,11 @@ Status Worker::produce_dead_letter(DeadLetter& d) {
 }
 
 void Worker::give_up_dead_letter(DeadLetter& d, rd_kafka_resp_err_t err) {
-  const rd_kafka_message_t& m = *d.original;
   d.state = DeadLetter::State::given_up;
   probe_.on_dead_letter_undeliverable();
   spdlog::error("dead letter for {} partition {} offset {} ({} bytes) cannot be written to {} even "
                 "truncated ({}); going on without it, its offset will be committed",
-                rd_kafka_topic_name(m.rkt), m.partition, m.offset, m.payload ? m.len : 0,
+                d.topic, d.partition, d.offset, d.value.size(),
                 options_.dlq_topic, rd_kafka_err2name(err));
 }
 
@@ -365,20 +346,15 @@ void Worker::give_up_dead_letter(DeadLetter& d, rd_kafka_resp_err_t err) {
 // first message. None of its offsets is stored; what it wrote is found again
 // as duplicates, and its dead letters are sent again.
 void Worker::consume_again(PendingOffsets& entry, const Status& why) {
-  entry.offsets.reset();
-  TopicPartitionListPtr first(rd_kafka_topic_partition_list_new(16));
-  auto add = [&](const rd_kafka_message_t& m) {
-    const char* topic = rd_kafka_topic_name(m.rkt);
-    rd_kafka_topic_partition_t* tp = rd_kafka_topic_partition_list_find(first.get(), topic, m.partition);
-    if (tp == nullptr) tp = rd_kafka_topic_partition_list_add(first.get(), topic, m.partition);
-    if (tp->offset < 0 || m.offset < tp->offset) tp->offset = m.offset;
-  };
-  for (const MessagePtr& m : batch_) {
-    if (m) add(*m);
+  entry.store = false;
+  std::vector<PartitionOffset> first;  // the lowest offset per partition
+  for (const ConsumedMessage& m : batch_) {
+    auto it = std::find_if(first.begin(), first.end(), [&](const PartitionOffset& p) { return p.partition == m.partition; });
+    if (it == first.end()) it = first.insert(first.end(), {m.partition, m.offset});
+    it->offset = std::min(it->offset, m.offset);
   }
-  for (const DeadLetter& d : entry.dead) add(*d.original);
   spdlog::warn("{}; consuming the batch again from its first message", why.message());
-  if (Status s = consumer_->seek(*first); !s) {
+  if (Status s = source_->seek(first); !s) {
     // A partition revoked meanwhile: its next owner starts from the last
     // committed offset, which is not past this batch either.
     spdlog::warn("{}", s.message());
@@ -388,7 +364,7 @@ void Worker::consume_again(PendingOffsets& entry, const Status& why) {
 Status Worker::store_ready_offsets() {
   while (!offsets_.empty() && offsets_.front().outstanding == 0) {
     PendingOffsets& front = offsets_.front();
-    if (!front.offsets) {  // a batch given up unwritten (ingest_batch)
+    if (!front.store) {  // a batch given up unwritten or consumed again
       offsets_.pop_front();
       continue;
     }
@@ -408,7 +384,7 @@ Status Worker::store_ready_offsets() {
       return Status::ok();
     }
     SAGA_FAILPOINT("before_store_offsets").ignore();  // crash or pause only
-    if (Status s = consumer_->store_offsets(*front.offsets); !s) {
+    if (Status s = source_->store_offsets(front.offsets); !s) {
       spdlog::warn("{}", s.message());  // redelivery is harmless: ingest is idempotent
     }
     offsets_.pop_front();
@@ -416,7 +392,7 @@ Status Worker::store_ready_offsets() {
   return Status::ok();
 }
 
-void Worker::on_delivery(const rd_kafka_message_t& m) {
+void Worker::on_delivery(const DeliveryReport& m) {
   if ((m.err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
        m.err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED) &&
       write_refused_.empty()) {
@@ -424,12 +400,12 @@ void Worker::on_delivery(const rd_kafka_message_t& m) {
     // is safe: outcomes are published again by recovery, and a batch whose
     // dead letter failed is consumed again.
     write_refused_ = "Kafka refused to let this principal write to " +
-                     std::string(rd_kafka_topic_name(m.rkt)) + " (" + rd_kafka_err2str(m.err) +
+                     std::string(m.topic) + " (" + rd_kafka_err2str(m.err) +
                      "): it needs Write on topics " + options_.results_topic + " and " +
                      options_.dlq_topic + " (docs/kafka.md)";
   }
-  if (m._private != &kOutcomeTag) {
-    auto& d = *static_cast<DeadLetter*>(m._private);
+  if (m.opaque != &kOutcomeTag) {
+    auto& d = *static_cast<DeadLetter*>(m.opaque);
     --d.entry->outstanding;
     if (!m.err) {
       d.state = DeadLetter::State::delivered;
@@ -451,7 +427,7 @@ void Worker::on_delivery(const rd_kafka_message_t& m) {
     }
     return;
   }
-  notified_ids_.append(static_cast<const char*>(m.key), m.key_len);
+  notified_ids_.append(m.key);
   notified_ends_.push_back(notified_ids_.size());
 }
 
@@ -480,7 +456,7 @@ Status Worker::mark_notified() {
 }
 
 Status Worker::recover() {
-  const auto started = Clock::now();
+  const auto started = clock_.now();
   // Bounded per tick so consumption keeps going while a backlog drains.
   for (int round = 0; round < 8; ++round) {
     Status s = ledger_.transfers().claim_expired(options_.worker_id, options_.lease_ms,
@@ -505,7 +481,7 @@ Status Worker::recover() {
     publish_finished(true);
     if (claimed_.size() < options_.batch_size) break;
   }
-  probe_.on_stage("recovery", Clock::now() - started);
+  probe_.on_stage("recovery", clock_.now() - started);
   return Status::ok();
 }
 

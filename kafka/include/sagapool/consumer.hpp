@@ -50,8 +50,6 @@ class Consumer {
   // retry can help. The caller owns the messages.
   Status poll_batch(std::size_t max, std::chrono::milliseconds timeout, std::vector<MessagePtr>& out);
 
-  // offset+1 of the highest message per partition in `batch`.
-  static TopicPartitionListPtr offsets_of(const std::vector<MessagePtr>& batch);
   // Stores them, to be committed by auto-commit (or on close).
   Status store_offsets(rd_kafka_topic_partition_list_t& offsets);
   // The next messages of these partitions start at these offsets (what was

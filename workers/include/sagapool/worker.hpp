@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "sagapool/consumer.hpp"
 #include "sagapool/kafka.hpp"
 #include "sagapool/ledger.hpp"
 #include "sagapool/outcome.hpp"
 #include "sagapool/probe.hpp"
 #include "sagapool/request.hpp"
 #include "sagapool/saga_engine.hpp"
+#include "sagapool/worker_io.hpp"
 
 namespace sagapool {
 
@@ -34,15 +34,28 @@ struct WorkerOptions {
   std::chrono::milliseconds drain_timeout{20'000};
 };
 
-class Worker final : private DeliveryHandler {
+// The worker's connections to the outside (worker_io.hpp).
+struct WorkerIo {
+  std::unique_ptr<RequestSource> source;
+  std::unique_ptr<MessageOutput> output;
+  WorkerClock* clock = nullptr;  // outlives the worker
+};
+
+class Worker final : private DeliveryListener {
  public:
-  static Status create(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe,
-                       std::unique_ptr<Worker>& out);
+  Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe, WorkerIo io);
   ~Worker() override;
 
-  // Runs until `stop` is set, then drains. Returns non-ok only for fatal
-  // errors (the process should exit non-zero).
+  // Runs step() until `stop` is set or a step fails, then drains. Returns
+  // non-ok only for fatal errors (the process should exit non-zero).
   Status run(const std::atomic<bool>& stop);
+  // One turn of the loop: a batch, if one arrived, ingested and run through
+  // the saga; delivery reports served; ready offsets stored; recovery when
+  // it is due. Non-ok only for fatal errors.
+  Status step(const std::atomic<bool>& stop);
+  // Everything ingested is durable: publishes what is queued, records it,
+  // stores the offsets whose dead letters arrived, and leaves the group.
+  void drain();
 
   std::chrono::steady_clock::time_point last_loop() const noexcept {
     return std::chrono::steady_clock::time_point(
@@ -50,16 +63,20 @@ class Worker final : private DeliveryHandler {
   }
 
  private:
-  Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe);
-
   struct PendingOffsets;
   // One message for the dead-letter topic, until it is delivered or given up.
-  // Its delivery report points at it (a deque element never moves).
+  // Its delivery report points at it (a deque element never moves). It holds
+  // a copy of the original: the batch's messages are gone by the time a
+  // failed delivery is sent again.
   struct DeadLetter {
     // given_up: refused even truncated, so logged, counted and passed.
     enum class State : std::uint8_t { to_send, queued, delivered, given_up };
     PendingOffsets* entry = nullptr;  // the batch it came in
-    MessagePtr original;
+    std::string topic;
+    std::int32_t partition = 0;
+    std::int64_t offset = 0;
+    std::string key;
+    std::string value;
     std::string why;         // reason, code and message, '\n'-separated
     bool truncated = false;  // too large whole: sent cut (worker.cpp, kDeadLetterKeep*)
     State state = State::to_send;
@@ -67,7 +84,8 @@ class Worker final : private DeliveryHandler {
   // A batch's offsets wait here until its dead letters are delivered, in
   // consumption order, so invalid input is never committed past unseen.
   struct PendingOffsets {
-    TopicPartitionListPtr offsets;  // null: not to be stored (consumed again)
+    std::vector<PartitionOffset> offsets;
+    bool store = true;              // false: not to be stored (consumed again)
     std::size_t outstanding = 0;    // dead letters queued, not yet reported
     bool failed = false;            // some are to be sent (again)
     std::deque<DeadLetter> dead;
@@ -78,26 +96,29 @@ class Worker final : private DeliveryHandler {
   Status recover();
   void publish_finished(bool count_finished);
   void publish_outcome(const OutcomeFields& f);
-  Status dead_letter(PendingOffsets& entry, MessagePtr m, Reason reason, std::string_view code,
-                     std::string_view message);
+  Status dead_letter(PendingOffsets& entry, const ConsumedMessage& m, Reason reason,
+                     std::string_view code, std::string_view message);
   Status produce_dead_letter(DeadLetter& d);
   void give_up_dead_letter(DeadLetter& d, rd_kafka_resp_err_t err);
   void consume_again(PendingOffsets& entry, const Status& why);
+  static void offsets_of(const std::vector<ConsumedMessage>& batch, std::vector<PartitionOffset>& out);
   Status store_ready_offsets();
   Status mark_notified();           // in its own transaction
   Status mark_notified_in_store();  // inside the caller's
-  void on_delivery(const rd_kafka_message_t& m) override;
+  void on_delivery(const DeliveryReport& r) override;
 
   WorkerOptions options_;
   Ledger& ledger_;
   WorkerProbe& probe_;
   SagaEngine engine_;
-  std::unique_ptr<Consumer> consumer_;
-  std::unique_ptr<KafkaProducer> producer_;
+  std::unique_ptr<RequestSource> source_;
+  std::unique_ptr<MessageOutput> output_;
+  WorkerClock& clock_;
+  std::chrono::steady_clock::time_point next_recovery_{};
   std::atomic<std::int64_t> last_loop_{0};
 
   // Per-batch buffers, reused so the hot path does not allocate per message.
-  std::vector<MessagePtr> batch_;
+  std::vector<ConsumedMessage> batch_;
   std::vector<NewTransfer> new_;
   std::vector<std::size_t> new_message_;  // new_[i] came from batch_[new_message_[i]]
   std::vector<InsertResult> inserted_;

@@ -1,0 +1,75 @@
+#include "sagapool/kafka_io.hpp"
+
+#include <thread>
+
+#include "sagapool/worker.hpp"
+
+namespace sagapool {
+
+Status KafkaRequestSource::create(const WorkerOptions& options, std::unique_ptr<RequestSource>& out) {
+  auto source = std::make_unique<KafkaRequestSource>();
+  ConsumerOptions copts{options.brokers, options.group, options.requests_topic, options.worker_id,
+                        options.kafka_opts};
+  if (Status s = Consumer::create(copts, source->consumer_); !s) return s;
+  source->topic_ = options.requests_topic;
+  source->messages_.reserve(options.batch_size);
+  out = std::move(source);
+  return Status::ok();
+}
+
+Status KafkaRequestSource::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
+                                      std::vector<ConsumedMessage>& out) {
+  out.clear();
+  if (Status s = consumer_->poll_batch(max, timeout, messages_); !s) return s;
+  for (const MessagePtr& m : messages_) {
+    rd_kafka_timestamp_type_t type;
+    out.push_back({rd_kafka_topic_name(m->rkt), m->partition, m->offset,
+                   rd_kafka_message_timestamp(m.get(), &type),
+                   {static_cast<const char*>(m->key), m->key ? m->key_len : 0},
+                   {static_cast<const char*>(m->payload), m->payload ? m->len : 0}});
+  }
+  return Status::ok();
+}
+
+TopicPartitionListPtr KafkaRequestSource::list_of(std::span<const PartitionOffset> offsets) const {
+  TopicPartitionListPtr list(rd_kafka_topic_partition_list_new(static_cast<int>(offsets.size())));
+  for (const PartitionOffset& p : offsets) {
+    rd_kafka_topic_partition_list_add(list.get(), topic_.c_str(), p.partition)->offset = p.offset;
+  }
+  return list;
+}
+
+Status KafkaRequestSource::store_offsets(std::span<const PartitionOffset> offsets) {
+  return consumer_->store_offsets(*list_of(offsets));
+}
+
+Status KafkaRequestSource::seek(std::span<const PartitionOffset> offsets) {
+  return consumer_->seek(*list_of(offsets));
+}
+
+Status KafkaMessageOutput::create(const WorkerOptions& options, std::unique_ptr<MessageOutput>& out) {
+  auto output = std::make_unique<KafkaMessageOutput>();
+  KafkaProducerOptions popts;
+  popts.brokers = options.brokers;
+  popts.kafka_opts = options.kafka_opts;
+  popts.client_id = options.worker_id;
+  if (Status s = KafkaProducer::create(popts, output.get(), output->producer_); !s) return s;
+  out = std::move(output);
+  return Status::ok();
+}
+
+void KafkaMessageOutput::on_delivery(const rd_kafka_message_t& m) {
+  if (listener_ == nullptr) return;
+  listener_->on_delivery({m._private, m.err, rd_kafka_topic_name(m.rkt),
+                          {static_cast<const char*>(m.key), m.key ? m.key_len : 0}});
+}
+
+std::int64_t SystemClock::wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void SystemClock::sleep_for(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+
+}  // namespace sagapool
