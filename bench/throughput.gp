@@ -1,4 +1,4 @@
-# Bar chart of bench/run.sh's transfers/s, one bar per configuration.
+# Bar chart of bench/run.py's transfers/s, one bar per configuration.
 # gnuplot -e "datafile='...'; outfile='...'; subtitle='...'" bench/throughput.gp
 # datafile lines: "label" transfers_per_s group (1 = a, 2 = b, ... 5 = e)
 set terminal pngcairo size 1100,600 font ",10"

@@ -1,7 +1,8 @@
-# Shell functions shared by tools/demo.sh and bench/run.sh: free loopback
-# ports and throwaway PostgreSQL servers. Source it after setting
+# Shell functions of tools/demo.sh: free loopback ports and throwaway
+# PostgreSQL servers (bench/run.py has its own, in Python:
+# bench/sagabench/servers.py). Source it after setting
 #   WORK          the run's temporary folder (servers live in $WORK/NAME)
-#   LIB_NAME      the caller's name, for error messages (demo, bench)
+#   LIB_NAME      the caller's name, for error messages (demo)
 # and declaring the array PG_DIRS=() (the servers started, for pg_stop).
 # PG_SERVER_OPTS (set after pg_init_tools) holds the server's -c options;
 # pg_init_tools sets PG_STATS to the option loading pg_stat_statements when

@@ -1,0 +1,62 @@
+"""A sagapool run's own ledger, a fresh copy of the template: a SQLite
+file, or a PostgreSQL database made with CREATE DATABASE ... TEMPLATE. Both
+answer the same questions about the run's transfers; only the table and
+column names differ between the stores."""
+import contextlib
+import shutil
+import sqlite3
+from pathlib import Path
+
+from .servers import Postgres
+
+MEASURED = "id NOT LIKE 'warm-%'"  # the warm-up transfers are left out of every figure
+
+
+class SqliteLedger:
+    table, requested, finished = "transfers", "requested_at", "finished_at"
+    unfinished = "state NOT IN ('done', 'canceled') OR notified = 0"
+
+    def __init__(self, template: Path, run: Path):
+        self.path = run / "ledger.db"
+        shutil.copyfile(template, self.path)
+        self.store = f"sqlite:{self.path}"
+
+    def rows(self, sql: str) -> list[tuple]:
+        # A connection per question, as the workers write meanwhile.
+        with contextlib.closing(sqlite3.connect(self.path, timeout=10)) as db:
+            return db.execute(sql).fetchall()
+
+    def drop(self) -> None:
+        for path in self.path.parent.glob(self.path.name + "*"):
+            path.unlink()
+
+
+class PostgresLedger:
+    table, requested, finished = "saga_transfers", "requested_at_ms", "finished_at_ms"
+    unfinished = "state NOT IN ('done', 'canceled') OR NOT notified"
+
+    def __init__(self, pg: Postgres, template: str, database: str):
+        self.pg, self.database = pg, database
+        pg.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {template}")
+        self.store = pg.url(database)
+
+    def rows(self, sql: str) -> list[tuple]:
+        out = self.pg.psql(self.database, sql)
+        return [tuple(line.split("|")) for line in out.splitlines() if line]
+
+    def drop(self) -> None:
+        self.pg.psql("sagapool", f"DROP DATABASE {self.database}")
+
+
+Ledger = SqliteLedger | PostgresLedger
+
+
+def count(ledger: Ledger, where: str = "true") -> int:
+    return int(ledger.rows(f"SELECT count(*) FROM {ledger.table} WHERE {where}")[0][0])
+
+
+def measured_times(ledger: Ledger) -> list[tuple[int, int, bool]]:
+    """(requested ms, finished ms, done) of every measured transfer."""
+    rows = ledger.rows(f"SELECT {ledger.requested}, {ledger.finished}, "
+                       f"CASE WHEN state = 'done' THEN 1 ELSE 0 END FROM {ledger.table} WHERE {MEASURED}")
+    return [(int(req), int(fin), int(done) == 1) for req, fin, done in rows]

@@ -1,0 +1,101 @@
+"""The command line and the sizes it picks: flags, defaults, what --quick
+shrinks, and the time budget from SAGA_BENCH_BUDGET_S."""
+import dataclasses
+import re
+
+ACCOUNTS = 100_000
+BALANCE = 1_000_000_000_000  # per account: no run can overdraw one, even under Zipf
+PARTITIONS = 12
+STEADY_AFTER_MS = 2000  # steady-state latency leaves out the requests of a run's first 2 s
+# sagapool run sizes: what a store finishes in about RUN_S seconds, measured
+# by a CALIBRATE_N-transfer run, within TRANSFERS_MIN..TRANSFERS_MAX.
+RUN_S = 15
+CALIBRATE_N = 10_000
+TRANSFERS_MIN = 20_000
+TRANSFERS_MAX = 150_000
+
+# Seconds the bench may take (the build comes on top); past a phase's share,
+# its later repetitions are skipped, and the report says so.
+BUDGET_S = 780
+QUICK_BUDGET_S = 300
+
+_POSITIVE = re.compile(r"[1-9][0-9]*")
+_VALUED = ("--reps", "--transfers", "--workers", "--clients", "--scale-store", "--out")
+
+
+class UsageError(Exception):
+    """A flag the bench does not take, or a value it cannot use (exit 2)."""
+
+
+@dataclasses.dataclass
+class Options:
+    quick: bool = False
+    reps: int = 3
+    transfers: int | None = None  # None: calibrated per store
+    workers: int = 2
+    clients: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+    scale_store: str = "sqlite"
+    out: str | None = None
+    keep: bool = False
+    args: tuple[str, ...] = ()  # as given, for the report's "Run as"
+    # seconds: client-count probes, measured pgbench runs, half-load runs
+    probe_s: int = 2
+    pgbench_s: int = 8
+    half_s: int = 20
+    warmup_n: int = 2000  # per sagapool run, before the measured transfers
+    budget_s: int = BUDGET_S
+
+    @property
+    def clients_text(self) -> str:
+        return " ".join(str(c) for c in self.clients)
+
+    @property
+    def scale_name(self) -> str:
+        return "PostgreSQL" if self.scale_store == "postgres" else "SQLite"
+
+
+def parse(argv: list[str], env: dict[str, str]) -> Options:
+    """Options from the flags after BIN_DIR; raises UsageError."""
+    given: dict[str, str] = {}
+    opts = Options(args=tuple(argv))
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag == "--quick":
+            opts.quick = True
+        elif flag == "--keep":
+            opts.keep = True
+        elif flag in _VALUED:
+            if i + 1 >= len(argv):
+                raise UsageError(f"{flag} needs a value")
+            i += 1
+            given[flag] = argv[i]
+        else:
+            raise UsageError(f"unknown option {flag}")
+        i += 1
+
+    # --quick: small sizes and one repetition; explicit flags still win.
+    if opts.quick:
+        opts.reps, opts.transfers, opts.clients = 1, 5000, (4, 16)
+        opts.probe_s, opts.pgbench_s, opts.half_s, opts.warmup_n = 1, 2, 4, 1000
+        opts.budget_s = QUICK_BUDGET_S
+    opts.scale_store = given.get("--scale-store", opts.scale_store)
+    if opts.scale_store not in ("sqlite", "postgres"):
+        raise UsageError("--scale-store takes sqlite or postgres")
+    for flag in ("--reps", "--workers", "--transfers"):
+        if flag in given:
+            if not _POSITIVE.fullmatch(given[flag]):
+                raise UsageError(f"{flag} takes a positive integer")
+            setattr(opts, flag[2:], int(given[flag]))
+    if "--clients" in given:
+        words = given["--clients"].split()
+        if not words or not all(_POSITIVE.fullmatch(w) for w in words):
+            raise UsageError('--clients takes positive integers, as in "1 2 4"')
+        opts.clients = tuple(int(w) for w in words)
+    opts.out = given.get("--out")
+    budget = env.get("SAGA_BENCH_BUDGET_S", "")
+    if budget:  # empty counts as unset
+        if not budget.isdigit():
+            raise UsageError("SAGA_BENCH_BUDGET_S takes a whole number of seconds")
+        opts.budget_s = int(budget)
+    return opts

@@ -1,0 +1,342 @@
+"""The bench's phases, in order: the ledgers; (a), (b) pgbench at its best
+client count; (c), (d) sagapool on PostgreSQL and SQLite on saga-broker and
+on a real Kafka node; (e) scaling; the half-load latency runs. Each measured
+run adds a row to the results."""
+import contextlib
+import dataclasses
+import re
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+from . import ledgers, measure
+from .budget import Budget
+from .console import Fatal, note, say, show_tail
+from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, PARTITIONS, RUN_S, STEADY_AFTER_MS,
+                      TRANSFERS_MAX, TRANSFERS_MIN, Options)
+from .results import Results
+from .servers import Kafka, Postgres, start_saga_broker
+from .session import Session, free_port, nproc, run_checked
+
+NO_INVALID = ["--invalid-ratio", "0", "--overdraw-ratio", "0", "--unknown-ratio", "0"]
+
+
+def _assigned(log: Path) -> int:
+    """Partitions a worker says it holds now: its log's last "N assigned now"."""
+    counts = re.findall(r"(\d+) assigned now", log.read_text(errors="replace"))
+    return int(counts[-1]) if counts else 0
+
+
+class Bench:
+    def __init__(self, opts: Options, bin_dir: Path, bench_dir: Path, session: Session, started: float):
+        self.opts, self.bin, self.bench_dir, self.s = opts, bin_dir, bench_dir, session
+        self.work = session.work
+        self.started = started
+        self.results = Results(self.work / "results.tsv")
+        self.budget = Budget(started, opts.budget_s)
+        self.best_clients: dict[str, int] = {}
+        self.run_n: dict[str, int] = {}
+        self.half_rates: list[tuple[str, int]] = []
+        self.kafka = Kafka(bench_dir.parent, self.work, session.procs, PARTITIONS)
+        self._pgbench_seq = self._run_seq = 0
+        self.pg: Postgres
+        self.pg_version = self.pg_settings = ""
+
+    def elapsed(self) -> str:
+        return f"{int(time.time() - self.started)} s"
+
+    # ---- the PostgreSQL server and the ledgers ---------------------------------
+    def start_postgres(self) -> None:
+        say("starting a throwaway PostgreSQL server (default durability)")
+        # no pg_stat_statements: measure the server as deployed
+        self.pg = Postgres(self.work, "pg", ["-c max_connections=200"])
+        self.s.servers.append(self.pg)
+        self.pg.start()
+        self.pg_version = self.pg.version()
+        self.pg_settings = self.pg.psql("sagapool", """SELECT string_agg(name || '=' || current_setting(name), ', '
+          ORDER BY name) FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes',
+          'wal_sync_method', 'shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'wal_level')""")
+        note(f"PostgreSQL {self.pg_version}: {self.pg_settings}")
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            if self.pg.psql("sagapool", f"SHOW {setting}") != "on":
+                raise Fatal(f"PostgreSQL {setting} is not on: durability weakened")
+
+    def create_ledgers(self) -> None:
+        """Accounts acct-0 .. acct-99999: a PostgreSQL template database, a
+        SQLite template file, and the baselines' tables (bench/tables.sql)."""
+        say(f"creating the ledgers: {ACCOUNTS} accounts ({self.elapsed()})")
+        csv = self.work / "accounts.csv"
+        csv.write_text("id,balance\n" + "".join(f"acct-{i},{BALANCE}\n" for i in range(ACCOUNTS)))
+        sagactl = self.bin / "sagactl"
+        self.pg.psql("sagapool", "CREATE DATABASE saga_template")
+        run_checked([sagactl, "--store", self.pg.url("saga_template"), "init"], "sagactl init on PostgreSQL")
+        # The PostgreSQL import (one durable commit per chunk) runs while the rest is built.
+        import_log = self.work / "import-pg.out"
+        importing = self.s.procs.start([sagactl, "--store", self.pg.url("saga_template"), "accounts", "import", csv],
+                                       import_log)
+        sqlite = f"sqlite:{self.work / 'template.db'}"
+        run_checked([sagactl, "--store", sqlite, "init"], "sagactl init on SQLite")
+        run_checked([sagactl, "--store", sqlite, "accounts", "import", csv], "sagactl accounts import on SQLite")
+        # Runs copy the template's file alone: its WAL is folded in first.
+        with contextlib.closing(sqlite3.connect(self.work / "template.db")) as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        tables = subprocess.run([self.pg.bin / "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                                 "-v", f"naccounts={ACCOUNTS}", "-v", f"balance={BALANCE}",
+                                 "-d", self.pg.url("sagapool"), "-f", self.bench_dir / "tables.sql"],
+                                capture_output=True, text=True)
+        for line in (tables.stdout + tables.stderr).splitlines():
+            if not re.search(r"NOTICE: .* does not exist, skipping", line):
+                print(line)
+        if self.pg.psql("sagapool", "SELECT count(*) FROM plain_accounts") != str(ACCOUNTS):
+            raise Fatal("the baselines' tables were not created")
+        if self.s.procs.wait(importing) != 0:
+            show_tail(import_log, lines=50)
+            raise Fatal("sagactl accounts import failed on PostgreSQL")
+
+    def uniform_file(self, n: int) -> Path:
+        """N uniform requests (saga-producer's generator is always
+        Zipf-skewed), from bench/uniform.awk: the same file on every run."""
+        path = self.work / f"uniform-{n}.jsonl"
+        if not path.exists() or path.stat().st_size == 0:
+            with open(path, "w") as out:
+                subprocess.run(["awk", "-v", f"n={n}", "-v", f"m={ACCOUNTS}", "-f", self.bench_dir / "uniform.awk"],
+                               stdout=out, check=True)
+        return path
+
+    # ---- (a), (b): pgbench --------------------------------------------------------
+    def pgbench(self, script: str, zipf: int, clients: int, seconds: int, log: bool = False):
+        """One pgbench run: (tps, transactions, CPU seconds of pgbench and
+        every server process, p50 ms, p99 ms); latencies only with log."""
+        self._pgbench_seq += 1
+        folder = self.work / f"pgbench-{self._pgbench_seq}"
+        folder.mkdir()
+        self.pg.psql("sagapool", "VACUUM plain_accounts", "VACUUM tpc_accounts", "CHECKPOINT")
+        argv = [self.pg.bin / "pgbench", "-n", "-M", "prepared", "-c", clients, "-j", min(clients, nproc()),
+                "-T", seconds, "-D", f"zipf={zipf}", "-D", f"naccounts={ACCOUNTS}"]
+        if log:
+            argv += ["-l", "--log-prefix", folder / "tx"]
+        argv += ["-f", self.bench_dir / script, self.pg.url("sagapool")]
+        server_t0 = self.pg.ticks()
+        code, usage = self.s.procs.wait_with_usage(self.s.procs.start(argv, folder / "out"))
+        server_ticks = self.pg.ticks() - server_t0
+        out_text = (folder / "out").read_text(errors="replace")
+        if code != 0:
+            print("\n".join(out_text.splitlines()[-20:]))
+            raise Fatal(f"pgbench {script} failed (clients {clients})")
+        result = measure.pgbench_result(out_text)
+        if result is None:
+            print(out_text)
+            raise Fatal(f"pgbench {script}: no result")
+        p50 = p99 = "NaN"
+        if log:
+            logs = sorted(folder.glob("tx.*"))
+            p50, p99 = measure.pgbench_latencies(logs)
+            for path in logs:
+                path.unlink()
+        cpu_s = server_ticks / measure.TICKS_PER_S + usage.ru_utime + usage.ru_stime
+        return result[0], result[1], cpu_s, p50, p99
+
+    def pgbench_config(self, label: str, script: str, zipf: int) -> None:
+        """Probes the client counts, then REPS runs at the best."""
+        best, best_c = 0.0, 1
+        for clients in self.opts.clients:
+            tps = self.pgbench(script, zipf, clients, self.opts.probe_s)[0]
+            note(f"{label}: {clients} client(s): {tps:.0f} transfers/s")
+            if tps > best:
+                best, best_c = tps, clients
+            elif tps < 0.9 * best:
+                break  # past the peak
+        self.best_clients[label] = best_c
+        for rep in range(1, self.opts.reps + 1):
+            tps, n, cpu_s, p50, p99 = self.pgbench(script, zipf, best_c, self.opts.pgbench_s, log=True)
+            self.results.add(label, rep, f"{tps:.0f}", p50, p99, f"{cpu_s / n * 1000:.3f}", "-", "-", "-")
+            note(f"{label}: run {rep} at {best_c} clients: {tps:.0f} transfers/s, p50 {p50} ms, p99 {p99} ms")
+
+    def baselines(self) -> None:
+        say(f"(a) plain ACID transfers and (b) the naive two-phase-commit recipe, pgbench ({self.elapsed()})")
+        self.pgbench_config("a-uniform", "plain_transfer.sql", 0)
+        self.pgbench_config("a-zipf", "plain_transfer.sql", 1)
+        self.pgbench_config("b-uniform", "tpc_transfer.sql", 0)
+        self.pgbench_config("b-zipf", "tpc_transfer.sql", 1)
+        # The baselines' own audit: money conserved, nothing left half-done.
+        total = f"{ACCOUNTS}::numeric * {BALANCE}"
+        balanced = self.pg.psql("sagapool", f"""SELECT
+          (SELECT sum(balance) FROM plain_accounts) = {total}
+          AND (SELECT sum(balance) FROM tpc_accounts) = {total}
+          AND NOT EXISTS (SELECT 1 FROM tpc_accounts WHERE pending <> '{{}}')
+          AND NOT EXISTS (SELECT 1 FROM tpc_transfers WHERE state <> 'done')""")
+        if balanced != "t":
+            raise Fatal("the baselines' ledgers do not balance after pgbench")
+        note("baselines audited: balances conserved, no pending entry or unfinished transfer left")
+
+    # ---- (c), (d), (e): sagapool end to end ------------------------------------------
+    def wait_outcomes(self, ledger, want: int, what: str, workers: list, run: Path) -> None:
+        """Until the store holds `want` transfers, every one terminal and published."""
+        deadline = time.time() + 60 + want // 200
+        while True:
+            try:
+                seen = ledgers.count(ledger)
+            except Exception:
+                seen = 0
+            try:
+                unfinished = str(ledgers.count(ledger, ledger.unfinished))
+            except Exception:
+                unfinished = "?"
+            if seen >= want and unfinished == "0":
+                return
+            if time.time() >= deadline:
+                raise Fatal(f"{what}: timed out waiting for outcomes ({seen} of {want} ingested, "
+                            f"{unfinished} unfinished)")
+            if any(w.poll() is not None for w in workers):
+                show_tail(*sorted(run.glob("worker-*.log")))
+                raise Fatal(f"{what}: a worker died")
+            time.sleep(0.25)
+
+    def saga_run(self, config: str, rep: int, store: str, dist: str, workers: int, n: int,
+                 rate: int = 0, broker: str = "mock") -> None:
+        """A fresh ledger and worker pool, and a fresh saga-broker (or the
+        bench's Kafka node, whose group resumes after the last run's
+        requests); n requests; waits until every one is terminal and
+        published; records the figures; drains the workers; audits."""
+        procs = self.s.procs
+        self._run_seq += 1
+        seq = self._run_seq
+        run = self.work / f"run-{seq}"
+        run.mkdir()
+        if store == "postgres":
+            ledger = ledgers.PostgresLedger(self.pg, "saga_template", f"saga_run_{seq}")
+        else:
+            ledger = ledgers.SqliteLedger(self.work / "template.db", run)
+        if broker == "kafka":
+            self.kafka.start()
+            broker_proc, bootstrap = self.kafka.proc, self.kafka.bootstrap
+        else:
+            broker_proc, bootstrap = start_saga_broker(procs, self.bin, run, PARTITIONS)
+        pool, ports = [], []
+        for i in range(workers):
+            ports.append(free_port(tuple(ports)))
+            pool.append(procs.start([self.bin / "saga-worker", "--brokers", bootstrap, "--group", "bench",
+                                     "--store", ledger.store, "--worker-id", f"bench-{i}",
+                                     "--metrics-addr", f"127.0.0.1:{ports[i]}", "--lease", "10s"],
+                                    run / f"worker-{i}.log"))
+        # Publish once the group has settled (every partition assigned), so it
+        # does not rebalance while the burst arrives.
+        assigned = 0
+        for _ in range(150):
+            assigned = sum(_assigned(run / f"worker-{i}.log") for i in range(workers))
+            if assigned == PARTITIONS:
+                break
+            if any(w.poll() is not None for w in pool):
+                show_tail(*sorted(run.glob("worker-*.log")))
+                raise Fatal("a worker exited at start")
+            time.sleep(0.2)
+        if assigned != PARTITIONS:
+            note(f"warning: the group had {assigned} of {PARTITIONS} partitions assigned after 30 s")
+        # Warm-up: transfers (ids warm-*) through the whole pipeline first, so
+        # the figures leave out cold start (first fetches, cold caches); they
+        # are not counted, but audited with the rest.
+        warmup = self.opts.warmup_n
+        run_checked([self.bin / "saga-producer", "--brokers", bootstrap, "--generate", warmup,
+                     "--accounts", ACCOUNTS, "--seed", 999, "--id-prefix", "warm", *NO_INVALID],
+                    "saga-producer (warm-up)", log=run / "warmup.out")
+        self.wait_outcomes(ledger, warmup, f"{config} warm-up", pool, run)
+
+        worker_ticks = -sum(measure.proc_ticks(w.pid) for w in pool)
+        broker_ticks = -measure.proc_ticks(broker_proc.pid)
+        server_ticks = -self.pg.ticks() if store == "postgres" else 0
+        producer = [self.bin / "saga-producer", "--brokers", bootstrap]
+        if dist == "uniform":
+            producer += ["--file", self.uniform_file(n)]
+        else:
+            producer += ["--generate", n, "--accounts", ACCOUNTS, "--seed", seq, *NO_INVALID]
+        if rate:
+            producer += ["--rate", rate]
+        run_checked(producer, "saga-producer", log=run / "producer.out")
+        self.wait_outcomes(ledger, warmup + n, config, pool, run)
+        if store == "postgres":
+            server_ticks += self.pg.ticks()
+        worker_ticks += sum(measure.proc_ticks(w.pid) for w in pool)
+        rss_max = max(measure.proc_hwm_kb(w.pid) for w in pool)
+        broker_ticks += measure.proc_ticks(broker_proc.pid)
+
+        fig = measure.run_figures(ledgers.measured_times(ledger), STEADY_AFTER_MS)
+        if fig.done != n:
+            note(f"warning: {config}: {fig.done} of {n} transfers done (the rest canceled)")
+        # Drain: SIGTERM, and each worker must exit 0.
+        for w in pool:
+            w.terminate()
+        for w in pool:
+            try:
+                code = procs.wait(w, timeout=60)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code != 0:
+                raise Fatal(f"{config}: a worker did not exit cleanly (logs: run-{seq})")
+        if broker == "mock":
+            procs.stop([broker_proc])
+        run_checked([self.bin / "sagactl", "--store", ledger.store, "audit"],
+                    f"{config} run {rep}: sagactl audit", log=run / "audit.out")
+        ticks = worker_ticks + broker_ticks + server_ticks
+        cpu = f"{ticks / measure.TICKS_PER_S / fig.seen * 1000:.3f}"
+        s50 = "-" if fig.steady_p50 is None else fig.steady_p50
+        s99 = "-" if fig.steady_p99 is None else fig.steady_p99
+        self.results.add(config, rep, fig.transfers_per_s, fig.p50, fig.p99, cpu, rss_max, s50, s99)
+        note(f"{config} run {rep}: {n} transfers, {fig.transfers_per_s} transfers/s, p50 {fig.p50} ms, "
+             f"p99 {fig.p99} ms (after the first {STEADY_AFTER_MS // 1000} s: {s50} / {s99} ms), "
+             f"{cpu} CPU s/1k, worker peak RSS {rss_max // 1024} MiB; audit passed")
+        ledger.drop()
+
+    def run_size(self, store: str) -> None:
+        """--transfers N, else what the store finishes in about RUN_S
+        seconds, measured by a short calibration run (so the bench keeps to
+        its time budget however fast the binaries are)."""
+        if self.opts.transfers:
+            self.run_n[store] = self.opts.transfers
+            return
+        self.saga_run(f"calibrate-{store}", 1, store, "zipf", self.opts.workers, CALIBRATE_N)
+        tput = float(self.results.of(f"calibrate-{store}")[0].tput)
+        self.run_n[store] = min(max(int(tput * RUN_S / 1000) * 1000, TRANSFERS_MIN), TRANSFERS_MAX)
+
+    def sagapool(self) -> None:
+        """(c), (d), (e) and the half-load runs. What is left of the budget
+        is shared out: (c) to 40 %, (d) to 60 %, real Kafka to 75 %, (e) to
+        90 %, the rest for the half-load runs and the report."""
+        o, b = self.opts, self.budget
+        b.share_out()
+        for store, name, label in (("postgres", "PostgreSQL", "c"), ("sqlite", "SQLite", "d")):
+            say(f"({label}) sagapool on {name}, {o.workers} workers ({self.elapsed()})")
+            end = b.phase_end(40 if label == "c" else 60)
+            self.run_size(store)
+            note(f"{self.run_n[store]} transfers per run")
+            for rep in range(1, o.reps + 1):
+                if not b.rep_ok(rep, end, f"({label})"):
+                    break
+                for dist in ("uniform", "zipf"):
+                    self.saga_run(f"{label}-{dist}", rep, store, dist, o.workers, self.run_n[store])
+        say(f"(c) and (d) on a real Kafka node ({self.elapsed()})")
+        end = b.phase_end(75)
+        for rep in range(1, o.reps + 1):
+            if not b.rep_ok(rep, end, "(c), (d) on real Kafka"):
+                break
+            for dist in ("uniform", "zipf"):
+                self.saga_run(f"ck-{dist}", rep, "postgres", dist, o.workers, self.run_n["postgres"], 0, "kafka")
+                self.saga_run(f"dk-{dist}", rep, "sqlite", dist, o.workers, self.run_n["sqlite"], 0, "kafka")
+        say(f"(e) scaling on {o.scale_store}: 1, 2 and 4 workers, Zipf ({self.elapsed()})")
+        end = b.phase_end(90)
+        measured = "c-zipf" if o.scale_store == "postgres" else "d-zipf"
+        for workers in (1, 2, 4):
+            if workers == o.workers:  # measured above
+                for row in self.results.of(measured):
+                    self.results.add(f"e-{workers}", *dataclasses.astuple(row)[1:])
+                continue
+            for rep in range(1, o.reps + 1):
+                if not b.rep_ok(rep, end, f"(e) with {workers} workers"):
+                    break
+                self.saga_run(f"e-{workers}", rep, o.scale_store, "zipf", workers, self.run_n[o.scale_store])
+        say(f"half-load latency: (c) and (d) at half their measured Zipf throughput, for {o.half_s} s "
+            f"({self.elapsed()})")
+        for which, store in (("c", "postgres"), ("d", "sqlite")):
+            rate = int(float(self.results.median(f"{which}-zipf", "tput") or 0) / 2)
+            self.saga_run(f"half-{which}", 1, store, "zipf", o.workers, max(rate * o.half_s, 1000), rate)
+            self.half_rates.append((which, rate))
