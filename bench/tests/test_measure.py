@@ -1,0 +1,125 @@
+"""Figures from raw text: medians, percentiles, /proc, pgbench, dd, a run."""
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sagabench import measure  # noqa: E402
+from sagabench.machine import mount_type  # noqa: E402
+
+# /proc/PID/stat: utime 100, stime 20, cutime 3, cstime 4 (fields 14..17)
+STAT = "{pid} ({comm}) S {ppid} 40 40 0 -1 4194560 500 0 0 0 100 20 3 4 20 0 1 0 100 1000 10 0"
+
+
+def stat(pid, ppid, comm="postgres"):
+    return STAT.format(pid=pid, ppid=ppid, comm=comm)
+
+
+class Median(unittest.TestCase):
+    def test_odd_count(self):
+        self.assertEqual(measure.median([3, 1, 2]), 2)
+
+    def test_even_count_takes_the_lower_middle(self):
+        self.assertEqual(measure.median([4, 1, 3, 2]), 2)
+
+    def test_numeric_order_of_text_kept_as_given(self):
+        self.assertEqual(measure.median(["900", "10000", "1000.5"]), "1000.5")
+
+    def test_empty(self):
+        self.assertIsNone(measure.median([]))
+
+
+class Pick(unittest.TestCase):
+    def test_like_sql_offset(self):
+        values = list(range(1, 201))  # OFFSET 200 * 99 / 100 = 198
+        self.assertEqual(measure.pick(values, 50), 101)
+        self.assertEqual(measure.pick(values, 99), 199)
+
+    def test_one_value(self):
+        self.assertEqual((measure.pick([7], 50), measure.pick([7], 99)), (7, 7))
+
+
+class ProcStat(unittest.TestCase):
+    def test_ticks_are_user_system_and_reaped_children(self):
+        self.assertEqual(measure.stat_ticks(stat(42, 1)), (42, 1, 127))
+
+    def test_command_name_with_spaces_and_parentheses(self):
+        self.assertEqual(measure.stat_ticks(stat(7, 3, comm="a) b (c) d")), (7, 3, 127))
+
+    def test_tree_is_the_root_and_its_children(self):
+        stats = [stat(10, 1), stat(11, 10), stat(12, 10), stat(13, 11), stat(14, 1)]
+        self.assertEqual(measure.tree_ticks(stats, 10), 3 * 127)
+
+    def test_vm_hwm(self):
+        status = "Name:\tsaga-worker\nVmPeak:\t  900 kB\nVmHWM:\t   51234 kB\nVmRSS:\t 4000 kB\n"
+        self.assertEqual(measure.vm_hwm_kb(status), 51234)
+        self.assertEqual(measure.vm_hwm_kb(""), 0)
+
+    def test_live_process(self):
+        import os
+        self.assertGreaterEqual(measure.proc_ticks(os.getpid()), 0)
+        self.assertGreater(measure.proc_hwm_kb(os.getpid()), 0)
+        self.assertEqual(measure.proc_ticks(2 ** 22 + 1), 0)  # no such process
+
+
+class Pgbench(unittest.TestCase):
+    OUT = """transaction type: bench/plain_transfer.sql
+number of clients: 16
+number of transactions actually processed: 16589
+number of failed transactions: 0 (0.000%)
+latency average = 1.928 ms
+initial connection time = 21.412 ms
+tps = 8294.512345 (without initial connection time)
+"""
+
+    def test_result(self):
+        self.assertEqual(measure.pgbench_result(self.OUT), (8294.512345, 16589))
+
+    def test_no_result(self):
+        self.assertIsNone(measure.pgbench_result("pgbench: error: connection refused\n"))
+        self.assertIsNone(measure.pgbench_result(self.OUT.replace("16589", "0")))
+
+    def test_latencies_from_logs(self):
+        with tempfile.TemporaryDirectory() as d:
+            a, b = Path(d) / "tx.1", Path(d) / "tx.1.1"
+            a.write_text("".join(f"0 {i} {i * 100} 0 1700000000 {i}\n" for i in range(1, 101)))
+            b.write_text("1 0 25000 0 1700000000 0\n\n")
+            # 101 latencies: 0.1 .. 10 ms and one of 25 ms
+            self.assertEqual(measure.pgbench_latencies([a, b]), ("5.1", "10.0"))
+            self.assertEqual(measure.pgbench_latencies([]), ("NaN", "NaN"))
+
+    def test_dd(self):
+        report = "300+0 records in\n300+0 records out\n2457600 bytes (2.5 MB, 2.3 MiB) copied, 0.0512 s, 48.0 MB/s\n"
+        self.assertEqual(measure.dd_seconds(report), 0.0512)
+        self.assertIsNone(measure.dd_seconds("dd: failed to open"))
+
+
+class RunFigures(unittest.TestCase):
+    def test_figures(self):
+        # 10 transfers requested 1 s apart, each taking 100 + 10 i ms; one canceled
+        rows = [(1000 * i, 1000 * i + 100 + 10 * i, i != 3) for i in range(10)]
+        f = measure.run_figures(rows, steady_after_ms=2000)
+        self.assertEqual((f.seen, f.done, f.span_ms), (10, 9, 9190))
+        self.assertEqual((f.p50, f.p99), (150, 190))
+        self.assertEqual((f.steady_p50, f.steady_p99), (160, 190))  # 8 from t = 2 s
+        self.assertEqual(f.transfers_per_s, "1")
+
+    def test_all_in_the_first_seconds(self):
+        f = measure.run_figures([(0, 5, True), (10, 30, True)], steady_after_ms=2000)
+        self.assertIsNone(f.steady_p50)
+        self.assertEqual(f.transfers_per_s, "67")
+
+
+class Mounts(unittest.TestCase):
+    MOUNTS = "rootfs / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n/dev/x /tmp/my\\040disk xfs rw 0 0\n"
+
+    def test_longest_mount_point_above(self):
+        self.assertEqual(mount_type(self.MOUNTS, "/tmp/sagapool-bench-1"), "tmpfs")
+        self.assertEqual(mount_type(self.MOUNTS, "/tmp/my disk/b"), "xfs")
+        self.assertEqual(mount_type(self.MOUNTS, "/tmpx"), "ext4")
+
+
+if __name__ == "__main__":
+    unittest.main()

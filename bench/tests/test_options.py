@@ -1,0 +1,110 @@
+"""bench/run.py's command line: defaults, --quick, and what it refuses."""
+import contextlib
+import io
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import run  # noqa: E402
+from sagabench import options  # noqa: E402
+from sagabench.options import UsageError, parse  # noqa: E402
+
+
+class Defaults(unittest.TestCase):
+    def test_full_run(self):
+        o = parse([], {})
+        self.assertEqual((o.quick, o.reps, o.transfers, o.workers), (False, 3, None, 2))
+        self.assertEqual(o.clients, (2, 4, 8, 16, 32, 64))
+        self.assertEqual((o.scale_store, o.out, o.keep), ("sqlite", None, False))
+        self.assertEqual((o.probe_s, o.pgbench_s, o.half_s, o.warmup_n), (2, 8, 20, 2000))
+        self.assertEqual(o.budget_s, 780)
+
+    def test_quick_shrinks_sizes(self):
+        o = parse(["--quick"], {})
+        self.assertEqual((o.reps, o.transfers, o.clients), (1, 5000, (4, 16)))
+        self.assertEqual((o.probe_s, o.pgbench_s, o.half_s, o.warmup_n, o.budget_s), (1, 2, 4, 1000, 300))
+
+    def test_explicit_flags_win_over_quick_in_any_order(self):
+        o = parse(["--reps", "2", "--quick", "--transfers", "700", "--clients", "1 8"], {})
+        self.assertEqual((o.reps, o.transfers, o.clients), (2, 700, (1, 8)))
+
+    def test_values(self):
+        o = parse(["--workers", "4", "--scale-store", "postgres", "--out", "r", "--keep"], {})
+        self.assertEqual((o.workers, o.scale_store, o.out, o.keep), (4, "postgres", "r", True))
+        self.assertEqual((o.scale_name, o.clients_text), ("PostgreSQL", "2 4 8 16 32 64"))
+
+    def test_args_kept_for_the_report(self):
+        self.assertEqual(parse(["--quick", "--reps", "2"], {}).args, ("--quick", "--reps", "2"))
+
+
+class Budget(unittest.TestCase):
+    def test_env_overrides_both_defaults(self):
+        self.assertEqual(parse([], {"SAGA_BENCH_BUDGET_S": "100"}).budget_s, 100)
+        self.assertEqual(parse(["--quick"], {"SAGA_BENCH_BUDGET_S": "60"}).budget_s, 60)
+
+    def test_empty_counts_as_unset(self):
+        self.assertEqual(parse([], {"SAGA_BENCH_BUDGET_S": ""}).budget_s, options.BUDGET_S)
+
+    def test_not_a_number(self):
+        with self.assertRaisesRegex(UsageError, "SAGA_BENCH_BUDGET_S"):
+            parse([], {"SAGA_BENCH_BUDGET_S": "13m"})
+
+
+class Refused(unittest.TestCase):
+    def refused(self, argv, message):
+        with self.assertRaises(UsageError) as caught:
+            parse(argv, {})
+        self.assertEqual(str(caught.exception), message)
+
+    def test_unknown_option(self):
+        self.refused(["--fast"], "unknown option --fast")
+
+    def test_missing_value(self):
+        self.refused(["--reps"], "--reps needs a value")
+
+    def test_scale_store(self):
+        self.refused(["--scale-store", "memory"], "--scale-store takes sqlite or postgres")
+
+    def test_positive_integers(self):
+        for flag in ("--reps", "--workers", "--transfers"):
+            for bad in ("0", "-1", "x", "1.5", "01"):
+                self.refused([flag, bad], f"{flag} takes a positive integer")
+
+    def test_clients(self):
+        for bad in ("", "4 x", "0 4"):
+            self.refused(["--clients", bad], '--clients takes positive integers, as in "1 2 4"')
+
+
+class EntryPoint(unittest.TestCase):
+    """run.main's exits before it starts anything."""
+
+    def main(self, argv):
+        err, out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = run.main(argv)
+        return code, out.getvalue(), err.getvalue()
+
+    def test_no_argument_prints_usage_and_exits_2(self):
+        code, _, err = self.main([])
+        self.assertEqual(code, 2)
+        self.assertIn("Usage: bench/run.py BIN_DIR [--quick]", err)
+
+    def test_help(self):
+        code, out, _ = self.main(["--help"])
+        self.assertEqual(code, 0)
+        self.assertIn("--scale-store sqlite|postgres", out)
+
+    def test_bad_flag_exits_2_with_message(self):
+        code, _, err = self.main([".", "--bogus"])
+        self.assertEqual((code, err), (2, "bench: unknown option --bogus\n"))
+
+    def test_bin_dir_without_programs(self):
+        code, _, err = self.main([str(Path(__file__).parent)])
+        self.assertEqual(code, 2)
+        self.assertIn("no saga-worker", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
