@@ -113,12 +113,12 @@ class RunFigures(unittest.TestCase):
 
 
 class Mounts(unittest.TestCase):
-    MOUNTS = "rootfs / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\n/dev/x /tmp/my\\040disk xfs rw 0 0\n"
+    MOUNTS = "rootfs / ext4 rw 0 0\ntmpfs /srv tmpfs rw 0 0\n/dev/x /srv/my\\040disk xfs rw 0 0\n"
 
     def test_longest_mount_point_above(self):
-        self.assertEqual(mount_type(self.MOUNTS, "/tmp/sagapool-bench-1"), "tmpfs")
-        self.assertEqual(mount_type(self.MOUNTS, "/tmp/my disk/b"), "xfs")
-        self.assertEqual(mount_type(self.MOUNTS, "/tmpx"), "ext4")
+        self.assertEqual(mount_type(self.MOUNTS, "/srv/sagapool-bench-1"), "tmpfs")
+        self.assertEqual(mount_type(self.MOUNTS, "/srv/my disk/b"), "xfs")
+        self.assertEqual(mount_type(self.MOUNTS, "/srvx"), "ext4")
 
 
 if __name__ == "__main__":
