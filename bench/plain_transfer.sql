@@ -2,12 +2,8 @@
 -- naccounts and zipf (0: uniform account choice, 1: Zipf with s = 1.1, like
 -- saga-producer's generator). The two rows are locked in id order, so
 -- concurrent transfers never deadlock.
-\set u1 random(1, :naccounts)
-\set u2 random(1, :naccounts)
-\set z1 random_zipfian(1, :naccounts, 1.1)
-\set z2 random_zipfian(1, :naccounts, 1.1)
-\set src CASE WHEN :zipf = 1 THEN :z1 ELSE :u1 END
-\set dst CASE WHEN :zipf = 1 THEN :z2 ELSE :u2 END
+\set src CASE WHEN :zipf = 1 THEN random_zipfian(1, :naccounts, 1.1) ELSE random(1, :naccounts) END
+\set dst CASE WHEN :zipf = 1 THEN random_zipfian(1, :naccounts, 1.1) ELSE random(1, :naccounts) END
 \set dst CASE WHEN :src = :dst THEN 1 + :src % :naccounts ELSE :dst END
 \set amount random(1, 10000)
 \set lo least(:src, :dst)

@@ -2,12 +2,8 @@
 -- client, each of its 8 writes its own autocommitted transaction, each
 -- conditional on the state it expects (as the recipe's updates are).
 -- pgbench -D sets naccounts and zipf, as in plain_transfer.sql.
-\set u1 random(1, :naccounts)
-\set u2 random(1, :naccounts)
-\set z1 random_zipfian(1, :naccounts, 1.1)
-\set z2 random_zipfian(1, :naccounts, 1.1)
-\set src CASE WHEN :zipf = 1 THEN :z1 ELSE :u1 END
-\set dst CASE WHEN :zipf = 1 THEN :z2 ELSE :u2 END
+\set src CASE WHEN :zipf = 1 THEN random_zipfian(1, :naccounts, 1.1) ELSE random(1, :naccounts) END
+\set dst CASE WHEN :zipf = 1 THEN random_zipfian(1, :naccounts, 1.1) ELSE random(1, :naccounts) END
 \set dst CASE WHEN :src = :dst THEN 1 + :src % :naccounts ELSE :dst END
 \set amount random(1, 10000)
 -- 1. the transfer document, state initial

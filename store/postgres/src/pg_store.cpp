@@ -441,15 +441,10 @@ class PgStore final : public Store {
 
   Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
                        std::vector<TransferDoc>& out) override {
-    out.clear();
-    if (limit == 0) return Status::ok();
     Params p;
     p.text(owner);
     p.int64(lease_ms);
-    p.int64(clamp_limit(std::min(limit, kStatementMax)));
-    ResultPtr r;
-    if (Status s = run(Sql::claim_expired, p, r, "claim expired"); !s) return s;
-    return read_transfers(r.get(), out, "claim expired");
+    return fetch_limited(Sql::claim_expired, p, std::min(limit, kStatementMax), "claim expired", out);
   }
 
   Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
@@ -462,7 +457,7 @@ class PgStore final : public Store {
     ResultPtr r;
     if (Status s = run(Sql::take_over, p, r, "take over"); !s) return s;
     std::vector<TransferDoc> docs;
-    if (Status s = read_transfers(r.get(), docs, "take over"); !s) return s;
+    if (Status s = read_rows(r.get(), docs, "take over"); !s) return s;
     if (!docs.empty()) {
       out = std::move(docs.front());
       return Status::ok();
@@ -493,24 +488,17 @@ class PgStore final : public Store {
     out.reset();
     Params p;
     p.text(id);
-    ResultPtr r;
-    if (Status s = run(Sql::load_transfer, p, r, "load transfer"); !s) return s;
     std::vector<TransferDoc> docs;
-    if (Status s = read_transfers(r.get(), docs, "load transfer"); !s) return s;
+    if (Status s = fetch(Sql::load_transfer, p, "load transfer", docs); !s) return s;
     if (!docs.empty()) out = std::move(docs.front());
     return Status::ok();
   }
 
   Status list_stale(std::int64_t before_ms, std::size_t limit,
                     std::vector<TransferDoc>& out) override {
-    out.clear();
-    if (limit == 0) return Status::ok();
     Params p;
     p.int64(before_ms);
-    p.int64(clamp_limit(limit));
-    ResultPtr r;
-    if (Status s = run(Sql::list_stale, p, r, "list stale"); !s) return s;
-    return read_transfers(r.get(), out, "list stale");
+    return fetch_limited(Sql::list_stale, p, limit, "list stale", out);
   }
 
   Status state_stats(StateStatsTable& out) override {
@@ -696,24 +684,16 @@ class PgStore final : public Store {
   }
 
   Status postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) override {
-    out.clear();
     Params p;
     p.text(transfer_id);
-    ResultPtr r;
-    if (Status s = run(Sql::postings_for_transfer, p, r, "postings for transfer"); !s) return s;
-    return read_postings(r.get(), out, "postings for transfer");
+    return fetch(Sql::postings_for_transfer, p, "postings for transfer", out);
   }
 
   Status postings_for_account(std::string_view account_id, std::size_t limit,
                               std::vector<Posting>& out) override {
-    out.clear();
-    if (limit == 0) return Status::ok();
     Params p;
     p.text(account_id);
-    p.int64(clamp_limit(limit));
-    ResultPtr r;
-    if (Status s = run(Sql::postings_for_account, p, r, "postings for account"); !s) return s;
-    return read_postings(r.get(), out, "postings for account");
+    return fetch_limited(Sql::postings_for_account, p, limit, "postings for account", out);
   }
 
   Status pending_for_account(std::string_view account_id,
@@ -731,35 +711,21 @@ class PgStore final : public Store {
   }
 
   Status scan_accounts(const std::function<void(const Account&)>& fn) override {
-    Params p;
-    Account a;
-    return scan(Sql::scan_accounts, p, "scan accounts", [&](const PGresult* r) {
-      if (!read_account(r, 0, a)) return false;
-      fn(a);
-      return true;
-    });
+    return scan_into<Account>(Sql::scan_accounts, "scan accounts", read_account, fn);
   }
 
   Status scan_postings(const std::function<void(const Posting&)>& fn) override {
-    Params p;
-    Posting posting;
-    return scan(Sql::scan_postings, p, "scan postings", [&](const PGresult* r) {
-      if (!read_posting(r, 0, posting)) return false;
-      fn(posting);
-      return true;
-    });
+    return scan_into<Posting>(Sql::scan_postings, "scan postings", read_posting, fn);
   }
 
   Status scan_pending(const std::function<void(const PendingEntry&)>& fn) override {
     if (Status s = flush_scope_pending("scan pending"); !s) return s;
-    Params p;
-    PendingEntry e;
-    return scan(Sql::scan_pending, p, "scan pending", [&](const PGresult* r) {
-      e.account_id = pg::value(r, 0, 0);
-      e.transfer_id = pg::value(r, 0, 1);
-      fn(e);
+    auto read = [](const PGresult* r, int row, PendingEntry& e) {
+      e.account_id = pg::value(r, row, 0);
+      e.transfer_id = pg::value(r, row, 1);
       return true;
-    });
+    };
+    return scan_into<PendingEntry>(Sql::scan_pending, "scan pending", read, fn);
   }
 
  private:
@@ -809,7 +775,25 @@ class PgStore final : public Store {
     return true;
   }
 
-  Status read_transfers(const PGresult* r, std::vector<TransferDoc>& out, const char* op) const {
+  // Runs `sql` and replaces `out` with its rows.
+  template <typename T>
+  Status fetch(Sql sql, Params& p, const char* op, std::vector<T>& out) {
+    out.clear();
+    ResultPtr r;
+    if (Status s = run(sql, p, r, op); !s) return s;
+    return read_rows(r.get(), out, op);
+  }
+
+  // fetch() of at most `limit` rows: the statement's last parameter.
+  template <typename T>
+  Status fetch_limited(Sql sql, Params& p, std::size_t limit, const char* op, std::vector<T>& out) {
+    out.clear();
+    if (limit == 0) return Status::ok();
+    p.int64(clamp_limit(limit));
+    return fetch(sql, p, op, out);
+  }
+
+  Status read_rows(const PGresult* r, std::vector<TransferDoc>& out, const char* op) const {
     const int n = PQntuples(r);
     out.reserve(out.size() + static_cast<std::size_t>(n));
     for (int row = 0; row < n; ++row) {
@@ -820,7 +804,7 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
-  Status read_postings(const PGresult* r, std::vector<Posting>& out, const char* op) const {
+  Status read_rows(const PGresult* r, std::vector<Posting>& out, const char* op) const {
     const int n = PQntuples(r);
     for (int row = 0; row < n; ++row) {
       if (!read_posting(r, row, out.emplace_back())) {
@@ -1165,6 +1149,18 @@ class PgStore final : public Store {
     }
     if (out != nullptr) *out = std::move(r);
     return Status::ok();
+  }
+
+  // scan() of a parameterless statement, each row read into one reused T.
+  template <typename T, typename Read>
+  Status scan_into(Sql sql, const std::string& op, Read read, const std::function<void(const T&)>& fn) {
+    Params p;
+    T value;
+    return scan(sql, p, op, [&](const PGresult* r) {
+      if (!read(r, 0, value)) return false;
+      fn(value);
+      return true;
+    });
   }
 
   // Streams rows one at a time (single-row mode): one statement, one
