@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "sagapool/log.hpp"
+
 namespace sagapool {
 
 std::optional<std::int64_t> parse_duration_ms(std::string_view text) noexcept {
@@ -26,20 +28,47 @@ std::optional<std::int64_t> parse_duration_ms(std::string_view text) noexcept {
   return value * scale;
 }
 
-void finish_cli(CLI::App& app) {
-  for (CLI::Option* opt : app.get_options()) {
-    const std::string& name = opt->get_single_name();
-    if (opt->get_lnames().empty() || name == "help") continue;
-    std::string env = "SAGA_";
+namespace {
+// The --log-level of this process, applied by parse_cli.
+std::string g_log_level = "info";
+}  // namespace
+
+void finish_cli(CLI::App& app, std::string_view env_prefix) {
+  app.add_option("--log-level", g_log_level,
+                 "trace, debug, info, warn, error, critical or off (any case)")
+      ->check([](const std::string& v) {
+        return is_log_level(v) ? std::string() : "expected trace, debug, info, warn, error, critical or off";
+      })
+      ->capture_default_str();
+  app.set_version_flag("--version", [&app] {
+    const std::string& path = app.get_name();  // argv[0] by now
+    return path.substr(path.find_last_of('/') + 1) + " " + SAGAPOOL_VERSION;
+  });
+  const std::string prefix(env_prefix);
+  auto env_name = [&](const std::string& name) {
+    std::string env = prefix;
     for (char c : name) {
       env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     }
-    opt->envname(env);
+    return env;
+  };
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string& name = opt->get_single_name();
+    if (opt->get_lnames().empty() || name == "help" || name == "version") continue;
+    opt->envname(env_name(name));
   }
-  app.set_config("--config", "", "read flags from a TOML file (key = value, flag names as keys)");
+  // CLI11 reads the config file before the environment, so <prefix>CONFIG
+  // becomes the option's default (a file that must exist) rather than its
+  // envname.
+  const char* from_env = std::getenv(env_name("config").c_str());
+  const bool env_file = from_env != nullptr && *from_env != '\0';
+  app.set_config("--config", env_file ? from_env : "",
+                 "read flags from a TOML file (key = value, flag names as keys); also " + env_name("config"),
+                 env_file);
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.footer(
-      "Every flag can also be set through the environment variable SAGA_<FLAG_NAME> (for\n"
-      "example --batch-size -> SAGA_BATCH_SIZE) or in the --config TOML file.\n"
+      "Every flag can also be set through the environment variable " + prefix + "<FLAG_NAME> (for\n"
+      "example --log-level -> " + prefix + "LOG_LEVEL) or in the --config TOML file.\n"
       "Precedence: flag > environment > config file > default.");
 }
 
@@ -50,12 +79,24 @@ std::optional<int> parse_cli(CLI::App& app, int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::Success& e) {
     return app.exit(e);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse KEY" for a key no flag has.
+    std::string what = e.what();
+    constexpr std::string_view kUnknown = "INI was not able to parse ";
+    if (what.rfind(kUnknown, 0) == 0) {
+      what = "unknown key '" + what.substr(kUnknown.size()) + "' in the --config file (no flag has that name)";
+    }
+    std::cerr << app.get_name() << ": " << what << " (see --help)\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::cerr << app.get_name() << ": " << e.what() << " (see --help)\n";
     return 2;
   }
+  set_log_level(g_log_level);
   return std::nullopt;
 }
 

@@ -4,8 +4,10 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
-#include <cstdlib>
+#include <utility>
 
 #include "sagapool/json_text.hpp"
 
@@ -25,7 +27,36 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
   }
 };
 
+spdlog::level::level_enum g_level = spdlog::level::info;
+
+std::optional<spdlog::level::level_enum> parse_level(std::string_view name) noexcept {
+  static constexpr std::pair<std::string_view, spdlog::level::level_enum> kLevels[] = {
+      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
+      {"error", spdlog::level::err},   {"critical", spdlog::level::critical},
+      {"off", spdlog::level::off}};
+  for (const auto& [known, level] : kLevels) {
+    if (known.size() == name.size() &&
+        std::equal(known.begin(), known.end(), name.begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      return level;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+bool is_log_level(std::string_view name) noexcept { return parse_level(name).has_value(); }
+
+bool set_log_level(std::string_view name) {
+  const auto level = parse_level(name);
+  if (!level) return false;
+  g_level = *level;
+  spdlog::set_level(g_level);
+  return true;
+}
 
 std::optional<LogFormat> parse_log_format(std::string_view s) noexcept {
   if (s == "text") return LogFormat::text;
@@ -44,8 +75,7 @@ void install(std::shared_ptr<spdlog::logger> logger, LogFormat format) {
   } else {
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %^%-5l%$ %n: %v", spdlog::pattern_time_type::utc);
   }
-  const char* level = std::getenv("SAGA_LOG_LEVEL");
-  logger->set_level(level ? spdlog::level::from_str(level) : spdlog::level::info);
+  logger->set_level(g_level);
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(std::move(logger));
   spdlog::flush_every(std::chrono::seconds(1));

@@ -183,9 +183,17 @@ TEST(Security, NoSecretInHelpOrInBadFlagErrors) {
   TempDir dir("sagapool-sec");
   Outputs outputs(secret);
   const std::string pg_url = "postgresql://saga:" + s + "@127.0.0.1:1/ledger";
+  // Each program's file holds only its own keys (others are an error).
+  const std::string kafka_opt = "kafka-opt = " + toml_list({"sasl.password=" + s, "ssl.key.password=" + s}) + "\n";
+  const std::string store = "store = " + toml_list({pg_url}) + "\n";
   const auto config = dir / "secrets.toml";
-  write_file(config, "kafka-opt = " + toml_list({"sasl.password=" + s, "ssl.key.password=" + s}) +
-                         "\nstore = " + toml_list({pg_url}) + "\n");
+  const auto producer_config = dir / "producer-secrets.toml";
+  const auto ctl_config = dir / "sagactl-secrets.toml";
+  const auto typo_config = dir / "typo-secrets.toml";
+  write_file(config, kafka_opt + store);
+  write_file(producer_config, kafka_opt);
+  write_file(ctl_config, store);
+  write_file(typo_config, "sasl-password = \"" + s + "\"\n");
   const std::vector<std::string> env = {"SAGA_KAFKA_SASL_USERNAME=user", "SAGA_KAFKA_SASL_PASSWORD=" + s,
                                         "SAGA_KAFKA_OPT=sasl.password=" + s, "SAGA_STORE=" + pg_url,
                                         "SAGA_LOG_LEVEL=debug"};
@@ -196,13 +204,20 @@ TEST(Security, NoSecretInHelpOrInBadFlagErrors) {
   // --help, with the secrets in the environment and in a --config file.
   for (const auto& argv : std::vector<std::vector<std::string>>{
            {worker, "--help"}, {worker, "--config", config.string(), "--help"},
-           {producer, "--help"}, {producer, "--config", config.string(), "--help"},
-           {ctl, "--help"}, {ctl, "--config", config.string(), "--help"}, {ctl, "audit", "--help"},
+           {producer, "--help"}, {producer, "--config", producer_config.string(), "--help"},
+           {ctl, "--help"}, {ctl, "--config", ctl_config.string(), "--help"}, {ctl, "audit", "--help"},
            {ctl, "accounts", "--help"}}) {
     RunResult r = run(argv, env, 30s);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_TRUE(contains(r.output, "Usage:")) << r.output;
     outputs.add(argv[0] + " " + argv.back(), r);
+  }
+  // A key no flag has is named, its value (here the secret) never shown.
+  for (const std::string& program : {worker, producer, ctl}) {
+    RunResult r = run({program, "--config", typo_config.string()}, env, 30s);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "unknown key 'sasl-password'")) << r.output;
+    outputs.add(program + " --config typo", r);
   }
   // Neither program offers a configuration dump (DESIGN.md promises none);
   // should one appear, it must be added here.

@@ -268,7 +268,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", o.log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  sagapool::finish_cli(app);
+  // Its own prefix: SAGA_BROKERS and SAGA_PARTITIONS belong to the
+  // worker and the producer, which often share a shell with it.
+  sagapool::finish_cli(app, "SAGA_BROKER_");
   if (auto code = sagapool::parse_cli(app, argc, argv)) return *code;
   if (!sagapool::parse_duration_ms(o.watch_interval)) {
     std::cerr << "saga-broker: --watch-interval: expected a duration like 5s\n";

@@ -17,14 +17,16 @@ namespace sagapool {
 // "250ms", "30s", "5m", "1h"; a bare number is seconds. nullopt if malformed.
 std::optional<std::int64_t> parse_duration_ms(std::string_view text) noexcept;
 
-// Adds `--config FILE` and, for every option defined so far that has a long
-// name, the environment variable SAGA_<NAME> (dashes become underscores).
-// Call after all options are defined. Appends the precedence rule to the
-// footer of --help.
-void finish_cli(CLI::App& app);
+// Adds what every program takes: `--log-level`, `--version` and
+// `--config FILE` (a key no flag has is an error), and for every option with
+// a long name the environment variable <env_prefix><NAME> (dashes become
+// underscores), SAGA_CONFIG included. Call after all options are defined.
+// Appends the precedence rule to the footer of --help.
+void finish_cli(CLI::App& app, std::string_view env_prefix = "SAGA_");
 
-// Parses argv; on a bad flag prints one clear line (and a hint to --help) to
-// stderr and returns the exit code to use; nullopt when parsing succeeded.
+// Parses argv and applies --log-level; on a bad flag or config key prints
+// one clear line (and a hint to --help) to stderr and returns the exit code
+// to use; nullopt when parsing succeeded.
 std::optional<int> parse_cli(CLI::App& app, int argc, char** argv);
 
 // `key=value` pairs from --kafka-opt; a malformed one is a fatal flag error.

@@ -10,8 +10,15 @@ namespace sagapool {
 enum class LogFormat { text, json };
 std::optional<LogFormat> parse_log_format(std::string_view s) noexcept;
 
-// Installs the default logger for `program`. Level from SAGA_LOG_LEVEL
-// (trace|debug|info|warn|error), info by default.
+// The levels --log-level takes, any case: trace, debug, info, warn, error,
+// critical, off. False for another name.
+bool is_log_level(std::string_view name) noexcept;
+// Sets the level of the default logger, and of those installed later (a
+// program parses its flags before or after it installs its logger). Info
+// until set. Returns false, changing nothing, for an unknown name.
+bool set_log_level(std::string_view name);
+
+// Installs the default logger for `program`, at the level set above.
 void init_logging(std::string_view program, LogFormat format);
 
 // The same in text on stderr, for command-line tools whose stdout is their
