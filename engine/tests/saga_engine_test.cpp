@@ -119,13 +119,8 @@ std::string id_on_shard(Ledger& ledger, std::string_view prefix, std::size_t sha
 Status create_accounts(Ledger& ledger, const std::vector<AccountSpec>& specs) {
   std::vector<std::vector<Account>> per_shard(ledger.shard_count());
   for (const AccountSpec& s : specs) {
-    Account a;
-    a.id = s.id;
-    a.balance = s.balance;
-    a.opening_balance = s.balance;
-    a.min_balance = s.min_balance;
-    a.currency = s.currency;
-    a.locked = s.locked;
+    const Account a{.id = s.id, .balance = s.balance, .opening_balance = s.balance,
+                    .min_balance = s.min_balance, .currency = s.currency, .locked = s.locked};
     per_shard[ledger.shard_index(s.id)].push_back(a);
   }
   for (std::size_t i = 0; i < per_shard.size(); ++i) {
