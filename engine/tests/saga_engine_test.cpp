@@ -359,11 +359,82 @@ class EngineTest : public ::testing::TestWithParam<std::size_t> {
       EXPECT_FALSE(d.notified) << id;
     }
   }
+  // Each account holds the balance paired with it.
+  void expect_balances(const std::vector<std::pair<std::string, std::int64_t>>& want) {
+    for (const auto& [id, amount] : want) EXPECT_EQ(balance(ledger(), id), amount) << id;
+  }
+
+  // Where the fencing, zombie and operator cases start: `a` (100) on the
+  // first store pays `b` (0) on the last `amount` as "t-1", submitted by
+  // kOwner (state initial, epoch 1).
+  struct OneTransfer {
+    std::string a;
+    std::string b;
+    std::vector<Req> reqs;
+  };
+  OneTransfer submit_one(std::int64_t amount = 40) {
+    OneTransfer t{src("a"), dst("b"), {}};
+    accounts({{t.a, 100}, {t.b, 0}});
+    t.reqs = {{"t-1", t.a, t.b, amount, ""}};
+    submit(t.reqs);
+    return t;
+  }
+  // The engine's first write on `id`: kOwner moves it initial -> pending at epoch 1.
+  bool move_to_pending(std::string_view id) {
+    return store_transition(ledger(), id, S::initial, S::pending, Reason::none, kOwner, 1);
+  }
+  // Posts both legs of `id`, as a worker does before it writes `applied`.
+  ::testing::AssertionResult post_both_legs(std::string_view id, std::string_view from,
+                                            std::string_view to, std::int64_t amount) {
+    for (const auto& [op, account] : {std::pair{LegOp::debit, from}, std::pair{LegOp::credit, to}}) {
+      const LegStatus status = apply_leg(ledger(), op, id, account, amount).status;
+      if (status != LegStatus::posted) {
+        return ::testing::AssertionFailure()
+               << (op == LegOp::debit ? "debit" : "credit") << " of " << id << " on " << account
+               << " not posted: status " << static_cast<int>(status);
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // `who` takes `id` over (epoch + 1), as recovery does once a lease runs out.
+  std::optional<TransferDoc> take_over(std::string_view id, std::string_view who) {
+    std::optional<TransferDoc> taken;
+    const Status s = ledger().transfers().take_over(id, who, kLeaseMs, taken);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    return taken;
+  }
+  // The engine run by `owner` on the transfer it took over.
+  Status run_taken_over(std::string_view owner, const TransferDoc& taken) {
+    std::vector<SagaItem> items(1);
+    items[0].assign(taken);
+    return run_engine(ledger(), owner, items, observer_);
+  }
+
+  // `sagactl cancel` and `sagactl retry` of `id` by `who`, on `on` or else
+  // the test's ledger.
+  ::testing::AssertionResult cancel(std::string_view id, std::string_view who, ActionOutcome& out,
+                                    Ledger* on = nullptr) {
+    return act(cancel_transfer, id, who, out, on);
+  }
+  ::testing::AssertionResult retry(std::string_view id, std::string_view who, ActionOutcome& out) {
+    return act(retry_transfer, id, who, out, nullptr);
+  }
 
   test::TempDir dir_{"saga-engine-test"};
   LedgerFiles main_;
   bool audit_after_ = true;  // off only where a test corrupts the ledger
   RecordingObserver observer_;
+
+ private:
+  using Action = Status (*)(Ledger&, std::string_view, std::string_view, SagaObserver&, ActionOutcome&);
+  ::testing::AssertionResult act(Action action, std::string_view id, std::string_view who,
+                                 ActionOutcome& out, Ledger* on) {
+    NullObserver quiet;
+    const Status s = action(on ? *on : ledger(), id, who, quiet, out);
+    if (!s) return ::testing::AssertionFailure() << s.message();
+    return ::testing::AssertionSuccess();
+  }
 };
 
 INSTANTIATE_TEST_SUITE_P(Stores, EngineTest, ::testing::Values(std::size_t{1}, std::size_t{2}),
@@ -381,8 +452,7 @@ TEST_P(EngineTest, HappyPathWalksInitialPendingAppliedDone) {
   EXPECT_EQ(items[0].state, S::done);
   EXPECT_FALSE(items[0].dropped);
   expect_outcome("t-1", S::done, Reason::none, "debit+credit");
-  EXPECT_EQ(balance(ledger(), a), 700);
-  EXPECT_EQ(balance(ledger(), b), 350);
+  expect_balances({{a, 700}, {b, 350}});
   EXPECT_TRUE(pending_entries(ledger()).empty());
   const std::vector<std::pair<S, S>> want = {
       {S::initial, S::pending}, {S::pending, S::applied}, {S::applied, S::done}};
@@ -400,8 +470,7 @@ TEST_P(EngineTest, OverdraftCancelsWithInsufficientFundsAndNoPostings) {
   std::vector<SagaItem> items = run_batch({{"t-1", a, b, 101, ""}});
   EXPECT_EQ(items[0].state, S::canceled);
   expect_outcome("t-1", S::canceled, Reason::insufficient_funds, "none");
-  EXPECT_EQ(balance(ledger(), a), 100);
-  EXPECT_EQ(balance(ledger(), b), 0);
+  expect_balances({{a, 100}, {b, 0}});
   ASSERT_EQ(observer_.compensations.size(), 1u);
   EXPECT_EQ(observer_.compensations[0], Reason::insufficient_funds);
   EXPECT_TRUE(audit_passes(ledger()));
@@ -414,9 +483,7 @@ TEST_P(EngineTest, DebitDownToMinBalanceAppliesOneMoreUnitDoesNot) {
   expect_outcome("t-1", S::done, Reason::none, "debit+credit");
   expect_outcome("t-2", S::canceled, Reason::insufficient_funds, "none");
   expect_outcome("t-3", S::done, Reason::none, "debit+credit");
-  EXPECT_EQ(balance(ledger(), a), -500);
-  EXPECT_EQ(balance(ledger(), c), 5);
-  EXPECT_EQ(balance(ledger(), b), 505);
+  expect_balances({{a, -500}, {c, 5}, {b, 505}});
   EXPECT_TRUE(audit_passes(ledger()));
 }
 
@@ -454,10 +521,7 @@ TEST_P(EngineTest, LockedSourceCancelsLockedDestinationReverses) {
   run_batch({{"t-1", locked_src, b, 10, ""}, {"t-2", a, locked_dst, 10, ""}});
   expect_outcome("t-1", S::canceled, Reason::account_locked, "none");
   expect_outcome("t-2", S::canceled, Reason::account_locked, "debit+reverse_debit");
-  EXPECT_EQ(balance(ledger(), a), 100);
-  EXPECT_EQ(balance(ledger(), locked_src), 100);
-  EXPECT_EQ(balance(ledger(), b), 0);
-  EXPECT_EQ(balance(ledger(), locked_dst), 0);
+  expect_balances({{a, 100}, {locked_src, 100}, {b, 0}, {locked_dst, 0}});
   EXPECT_TRUE(audit_passes(ledger()));
 }
 
@@ -474,10 +538,7 @@ TEST_P(EngineTest, CurrencyMismatchOnEitherLeg) {
   expect_outcome("t-source-vs-dest", S::canceled, Reason::currency_mismatch, "debit+reverse_debit");
   expect_outcome("t-req-vs-dest", S::canceled, Reason::currency_mismatch, "debit+reverse_debit");
   expect_outcome("t-ok", S::done, Reason::none, "debit+credit");
-  EXPECT_EQ(balance(ledger(), eur), 90);
-  EXPECT_EQ(balance(ledger(), any), 100);
-  EXPECT_EQ(balance(ledger(), usd), 0);
-  EXPECT_EQ(balance(ledger(), any_dst), 10);
+  expect_balances({{eur, 90}, {any, 100}, {usd, 0}, {any_dst, 10}});
   EXPECT_TRUE(audit_passes(ledger()));
 }
 
@@ -487,8 +548,7 @@ TEST_P(EngineTest, CreditOverflowReversesTheDebit) {
   accounts({{a, 100}, {full, kMax - 10}});
   run_batch({{"t-1", a, full, 11, ""}});
   expect_outcome("t-1", S::canceled, Reason::overflow, "debit+reverse_debit");
-  EXPECT_EQ(balance(ledger(), a), 100);
-  EXPECT_EQ(balance(ledger(), full), kMax - 10);
+  expect_balances({{a, 100}, {full, kMax - 10}});
   EXPECT_TRUE(audit_passes(ledger()));
 }
 
@@ -503,7 +563,7 @@ TEST_P(EngineTest, ACreditLeavesRoomForThePendingDebitsReversal) {
   // t-1 debited a, then its worker died before the credit.
   const std::vector<Req> first = {{"t-1", a, ghost, 500, ""}};
   submit(first);
-  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  ASSERT_TRUE(move_to_pending("t-1"));
   ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 500).status, LegStatus::posted);
   // Meanwhile t-2 credits a: 500 of a's headroom is t-1's.
   run_batch({{"t-2", c, a, 400, ""}, {"t-3", c, a, 100, ""}});
@@ -513,8 +573,7 @@ TEST_P(EngineTest, ACreditLeavesRoomForThePendingDebitsReversal) {
   std::vector<SagaItem> items = items_for(ledger(), first);
   ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
   expect_outcome("t-1", S::canceled, Reason::unknown_account, "debit+reverse_debit");
-  EXPECT_EQ(balance(ledger(), a), kMax);
-  EXPECT_EQ(balance(ledger(), c), 900);
+  expect_balances({{a, kMax}, {c, 900}});
   EXPECT_TRUE(audit_passes(ledger()));
 }
 
@@ -585,8 +644,7 @@ TEST_P(EngineTest, EveryLegAppliedTwiceIsANoOpTheSecondTime) {
   EXPECT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 30).status, LegStatus::already_posted);
   EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 30).status, LegStatus::posted);
   EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 30).status, LegStatus::already_posted);
-  EXPECT_EQ(balance(ledger(), a), 70);
-  EXPECT_EQ(balance(ledger(), b), 30);
+  expect_balances({{a, 70}, {b, 30}});
   EXPECT_EQ(apply_leg(ledger(), LegOp::release, "t-1", a, 30).status, LegStatus::released);
   EXPECT_EQ(apply_leg(ledger(), LegOp::release, "t-1", a, 30).status, LegStatus::released);
   // Compensation of another transfer: reverse once, void once.
@@ -627,10 +685,7 @@ TEST_P(EngineTest, ReplayedCompensationIsNotCountedAgain) {
 // ---- the engine refuses to move a transfer along an edge the store does not hold --
 
 TEST_P(EngineTest, EngineNeverMovesATransferOffItsRecordedState) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  const std::vector<Req> reqs = {{"t-1", a, b, 10, ""}};
-  submit(reqs);
+  const std::vector<Req> reqs = submit_one(10).reqs;
   // The store holds `initial`; an item claiming `applied` would release and
   // write applied -> done, which the store's state condition refuses.
   std::vector<SagaItem> items = items_for(ledger(), reqs);
@@ -665,9 +720,7 @@ TEST_P(EngineTest, EngineNeverMovesATransferOffItsRecordedState) {
 }
 
 TEST_P(EngineTest, StoreTransitionIsConditionalOnStateOwnerAndEpoch) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  submit({{"t-1", a, b, 10, ""}});
+  submit_one(10);
   EXPECT_FALSE(store_transition(ledger(), "t-1", S::pending, S::applied, Reason::none, kOwner, 1));
   EXPECT_FALSE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, "someone-else", 1));
   EXPECT_FALSE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 2));
@@ -849,13 +902,9 @@ TEST_P(EngineTest, BatchDebitSeesTheReversalOfAnEarlierTransferInTheBatch) {
 // ---- fencing: stale epochs and zombies ---------------------------------------------
 
 TEST_P(EngineTest, StaleEpochChangesNothing) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
-  submit(reqs);
+  const auto [a, b, reqs] = submit_one();
   std::vector<SagaItem> stale = items_for(ledger(), reqs);  // worker-a at epoch 1
-  std::optional<TransferDoc> taken;
-  ASSERT_TRUE(ledger().transfers().take_over("t-1", "worker-b", kLeaseMs, taken).is_ok());
+  const std::optional<TransferDoc> taken = take_over("t-1", "worker-b");
   ASSERT_TRUE(taken.has_value());
   EXPECT_EQ(taken->epoch, 2);
   EXPECT_EQ(taken->owner, "worker-b");
@@ -869,22 +918,18 @@ TEST_P(EngineTest, StaleEpochChangesNothing) {
   EXPECT_EQ(after.owner, "worker-b");
   EXPECT_EQ(after.epoch, 2);
   EXPECT_EQ(after.last_modified_ms, taken->last_modified_ms);
-  EXPECT_EQ(balance(ledger(), a), 100);
-  EXPECT_EQ(balance(ledger(), b), 0);
+  expect_balances({{a, 100}, {b, 0}});
   EXPECT_EQ(posting_kinds(ledger(), "t-1"), "none");
 
   // The new owner finishes it; the stale owner's replay then changes nothing.
-  std::vector<SagaItem> fresh(1);
-  fresh[0].assign(*taken);
-  ASSERT_TRUE(run_engine(ledger(), "worker-b", fresh, observer_).is_ok());
+  ASSERT_TRUE(run_taken_over("worker-b", *taken).is_ok());
   expect_outcome("t-1", S::done, Reason::none, "debit+credit");
   stale = items_for(ledger(), reqs);
   stale[0].epoch = 1;
   stale[0].state = S::pending;
   ASSERT_TRUE(run_engine(ledger(), kOwner, stale, observer_).is_ok());
   EXPECT_TRUE(stale[0].dropped);
-  EXPECT_EQ(balance(ledger(), a), 60);
-  EXPECT_EQ(balance(ledger(), b), 40);
+  expect_balances({{a, 60}, {b, 40}});
   EXPECT_EQ(doc("t-1").epoch, 2);
   EXPECT_TRUE(audit_passes(ledger()));
 }
@@ -893,14 +938,10 @@ TEST_P(EngineTest, StaleEpochChangesNothing) {
 // a stale owner resuming a `pending` transfer may post its legs, but never
 // moves the transfer and never posts a leg twice.
 TEST_P(EngineTest, StaleOwnerOfAPendingTransferNeverMovesItNorAppliesTwice) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
-  submit(reqs);
-  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  const auto [a, b, reqs] = submit_one();
+  ASSERT_TRUE(move_to_pending("t-1"));
   std::vector<SagaItem> stale = items_for(ledger(), reqs);
-  std::optional<TransferDoc> taken;
-  ASSERT_TRUE(ledger().transfers().take_over("t-1", "worker-b", kLeaseMs, taken).is_ok());
+  const std::optional<TransferDoc> taken = take_over("t-1", "worker-b");
   ASSERT_TRUE(taken.has_value());
 
   ASSERT_TRUE(run_engine(ledger(), kOwner, stale, observer_).is_ok());
@@ -909,26 +950,19 @@ TEST_P(EngineTest, StaleOwnerOfAPendingTransferNeverMovesItNorAppliesTwice) {
   EXPECT_EQ(doc("t-1").epoch, 2);
   EXPECT_EQ(observer_.transitions(), 0u);
 
-  std::vector<SagaItem> fresh(1);
-  fresh[0].assign(*taken);
-  ASSERT_TRUE(run_engine(ledger(), "worker-b", fresh, observer_).is_ok());
+  ASSERT_TRUE(run_taken_over("worker-b", *taken).is_ok());
   expect_outcome("t-1", S::done, Reason::none, "debit+credit");
-  EXPECT_EQ(balance(ledger(), a), 60);
-  EXPECT_EQ(balance(ledger(), b), 40);
+  expect_balances({{a, 60}, {b, 40}});
   EXPECT_TRUE(audit_passes(ledger()));
 }
 
 TEST_P(EngineTest, ZombieCanceledByAnotherOwnerPostsNothing) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
-  submit(reqs);
-  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  const auto [a, b, reqs] = submit_one();
+  ASSERT_TRUE(move_to_pending("t-1"));
   std::vector<SagaItem> zombie = items_for(ledger(), reqs);  // A, pending, epoch 1, then paused
 
-  NullObserver quiet;
   ActionOutcome out;
-  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator-b", quiet, out).is_ok());
+  ASSERT_TRUE(cancel("t-1", "operator-b", out));
   EXPECT_EQ(out.result, ActionResult::done) << out.message;
   EXPECT_EQ(out.state, S::canceled);
   expect_outcome("t-1", S::canceled, Reason::canceled_by_operator, "none");
@@ -936,33 +970,27 @@ TEST_P(EngineTest, ZombieCanceledByAnotherOwnerPostsNothing) {
   ASSERT_TRUE(run_engine(ledger(), kOwner, zombie, observer_).is_ok());
   EXPECT_TRUE(zombie[0].dropped);
   EXPECT_EQ(posting_kinds(ledger(), "t-1"), "none");
-  EXPECT_EQ(balance(ledger(), a), 100);
-  EXPECT_EQ(balance(ledger(), b), 0);
+  expect_balances({{a, 100}, {b, 0}});
   EXPECT_EQ(doc("t-1").state, S::canceled);
   EXPECT_EQ(doc("t-1").owner, "operator-b");
   EXPECT_TRUE(audit_passes(ledger()));
 }
 
 TEST_P(EngineTest, ZombieThatDebitedBeforeTheCancelNeverCredits) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
-  submit(reqs);
-  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  const auto [a, b, reqs] = submit_one();
+  ASSERT_TRUE(move_to_pending("t-1"));
   std::vector<SagaItem> zombie = items_for(ledger(), reqs);
   ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
 
-  NullObserver quiet;
   ActionOutcome out;
-  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator-b", quiet, out).is_ok());
+  ASSERT_TRUE(cancel("t-1", "operator-b", out));
   EXPECT_EQ(out.result, ActionResult::done) << out.message;
   expect_outcome("t-1", S::canceled, Reason::canceled_by_operator, "debit+reverse_debit");
 
   ASSERT_TRUE(run_engine(ledger(), kOwner, zombie, observer_).is_ok());
   EXPECT_TRUE(zombie[0].dropped);
   EXPECT_EQ(posting_kinds(ledger(), "t-1"), "debit+reverse_debit");
-  EXPECT_EQ(balance(ledger(), a), 100);
-  EXPECT_EQ(balance(ledger(), b), 0);
+  expect_balances({{a, 100}, {b, 0}});
   EXPECT_TRUE(pending_entries(ledger()).empty());
   EXPECT_TRUE(audit_passes(ledger()));
 }
@@ -970,18 +998,13 @@ TEST_P(EngineTest, ZombieThatDebitedBeforeTheCancelNeverCredits) {
 // ---- operator actions -----------------------------------------------------------------
 
 TEST_P(EngineTest, CancelIsRefusedOnceAppliedAndOnceDone) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
-  submit(reqs);
-  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
-  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
-  ASSERT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 40).status, LegStatus::posted);
+  const auto [a, b, reqs] = submit_one();
+  ASSERT_TRUE(move_to_pending("t-1"));
+  ASSERT_TRUE(post_both_legs("t-1", a, b, 40));
   ASSERT_TRUE(store_transition(ledger(), "t-1", S::pending, S::applied, Reason::none, kOwner, 1));
 
-  NullObserver quiet;
   ActionOutcome out;
-  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(cancel("t-1", "operator", out));
   EXPECT_EQ(out.result, ActionResult::refused);
   EXPECT_EQ(out.state, S::applied);
   EXPECT_NE(out.message.find("applied"), std::string::npos) << out.message;
@@ -991,23 +1014,22 @@ TEST_P(EngineTest, CancelIsRefusedOnceAppliedAndOnceDone) {
   std::vector<SagaItem> items = items_for(ledger(), reqs);
   ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
   expect_outcome("t-1", S::done, Reason::none, "debit+credit");
-  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(cancel("t-1", "operator", out));
   EXPECT_EQ(out.result, ActionResult::refused);
   EXPECT_EQ(out.state, S::done);
   expect_outcome("t-1", S::done, Reason::none, "debit+credit");
-  EXPECT_EQ(balance(ledger(), a), 60);
-  EXPECT_EQ(balance(ledger(), b), 40);
+  expect_balances({{a, 60}, {b, 40}});
 
   // Canceled already, and unknown.
   const std::string ghost = dst("ghost");
   run_batch({{"t-2", a, ghost, 1, ""}});
-  ASSERT_TRUE(cancel_transfer(ledger(), "t-2", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(cancel("t-2", "operator", out));
   EXPECT_EQ(out.result, ActionResult::preempted);
   EXPECT_EQ(out.state, S::canceled);
   EXPECT_NE(out.message.find("already canceled by worker-a (reason unknown_account)"),
             std::string::npos)
       << out.message;
-  ASSERT_TRUE(cancel_transfer(ledger(), "t-nope", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(cancel("t-nope", "operator", out));
   EXPECT_EQ(out.result, ActionResult::not_found);
   EXPECT_TRUE(audit_passes(ledger()));
 }
@@ -1039,18 +1061,14 @@ std::unique_ptr<Ledger> operator_ledger(const LedgerFiles& files, sim::FaultHook
 // Issue 19, finding 6: a worker cancels the transfer for its own reason after
 // `sagactl cancel` read it; the command used to report "canceled", exit 0.
 TEST_P(EngineTest, CancelReportsACancelAWorkerMadeAfterItsRead) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  const std::vector<Req> reqs = {{"t-1", a, b, 500, ""}};  // an overdraft
-  submit(reqs);
+  const std::vector<Req> reqs = submit_one(500).reqs;  // an overdraft
   BeforeTakeOver worker_first([&] {
     std::vector<SagaItem> items = items_for(ledger(), reqs);
     ASSERT_TRUE(run_engine(ledger(), kOwner, items, observer_).is_ok());
   });
   std::unique_ptr<Ledger> op = operator_ledger(main_, worker_first);
-  NullObserver quiet;
   ActionOutcome out;
-  ASSERT_TRUE(cancel_transfer(*op, "t-1", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(cancel("t-1", "operator", out, op.get()));
   EXPECT_EQ(out.result, ActionResult::preempted) << out.message;
   EXPECT_EQ(out.state, S::canceled);
   EXPECT_NE(out.message.find("already canceled by worker-a (reason insufficient_funds), not by "
@@ -1066,19 +1084,16 @@ TEST_P(EngineTest, CancelReportsACancelAWorkerMadeAfterItsRead) {
 // unknown) when the command took over: the command finishes that
 // compensation and says whose cancel it was.
 TEST_P(EngineTest, CancelFinishesAWorkersCancelAndSaysSo) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  submit({{"t-1", a, b, 40, ""}});
-  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
+  const std::string a = submit_one().a;
+  ASSERT_TRUE(move_to_pending("t-1"));
   ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
   BeforeTakeOver worker_first([&] {
     ASSERT_TRUE(store_transition(ledger(), "t-1", S::pending, S::canceling,
                                  Reason::account_locked, kOwner, 1));
   });
   std::unique_ptr<Ledger> op = operator_ledger(main_, worker_first);
-  NullObserver quiet;
   ActionOutcome out;
-  ASSERT_TRUE(cancel_transfer(*op, "t-1", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(cancel("t-1", "operator", out, op.get()));
   EXPECT_EQ(out.result, ActionResult::preempted) << out.message;
   EXPECT_NE(out.message.find("being canceled by a worker (reason account_locked), not by this "
                              "command; this command finished that cancel"),
@@ -1089,16 +1104,12 @@ TEST_P(EngineTest, CancelFinishesAWorkersCancelAndSaysSo) {
 }
 
 TEST_P(EngineTest, CancelOfAPendingTransferWithBothLegsPostedRollsForward) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  submit({{"t-1", a, b, 40, ""}});
-  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
-  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
-  ASSERT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 40).status, LegStatus::posted);
+  const auto [a, b, reqs] = submit_one();
+  ASSERT_TRUE(move_to_pending("t-1"));
+  ASSERT_TRUE(post_both_legs("t-1", a, b, 40));
 
-  NullObserver quiet;
   ActionOutcome out;
-  ASSERT_TRUE(cancel_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(cancel("t-1", "operator", out));
   EXPECT_EQ(out.result, ActionResult::refused) << out.message;
   EXPECT_EQ(out.state, S::done);
   expect_outcome("t-1", S::done, Reason::none, "debit+credit");
@@ -1106,21 +1117,18 @@ TEST_P(EngineTest, CancelOfAPendingTransferWithBothLegsPostedRollsForward) {
 }
 
 TEST_P(EngineTest, RetryFinishesANonTerminalTransferAndRefusesATerminalOne) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  submit({{"t-1", a, b, 40, ""}});
-  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
-  NullObserver quiet;
+  submit_one();
+  ASSERT_TRUE(move_to_pending("t-1"));
   ActionOutcome out;
-  ASSERT_TRUE(retry_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(retry("t-1", "operator", out));
   EXPECT_EQ(out.result, ActionResult::done) << out.message;
   EXPECT_EQ(out.state, S::done);
   expect_outcome("t-1", S::done, Reason::none, "debit+credit");
   EXPECT_EQ(doc("t-1").owner, "operator");
   EXPECT_EQ(doc("t-1").epoch, 2);
-  ASSERT_TRUE(retry_transfer(ledger(), "t-1", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(retry("t-1", "operator", out));
   EXPECT_EQ(out.result, ActionResult::refused);
-  ASSERT_TRUE(retry_transfer(ledger(), "t-nope", "operator", quiet, out).is_ok());
+  ASSERT_TRUE(retry("t-nope", "operator", out));
   EXPECT_EQ(out.result, ActionResult::not_found);
   EXPECT_TRUE(audit_passes(ledger()));
 }
@@ -1128,13 +1136,9 @@ TEST_P(EngineTest, RetryFinishesANonTerminalTransferAndRefusesATerminalOne) {
 // ---- roll-forward -------------------------------------------------------------------
 
 TEST_P(EngineTest, CancelingWithTheCreditPostedRollsForwardToDone) {
-  const std::string a = src("a"), b = dst("b");
-  accounts({{a, 100}, {b, 0}});
-  const std::vector<Req> reqs = {{"t-1", a, b, 40, ""}};
-  submit(reqs);
-  ASSERT_TRUE(store_transition(ledger(), "t-1", S::initial, S::pending, Reason::none, kOwner, 1));
-  ASSERT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 40).status, LegStatus::posted);
-  ASSERT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 40).status, LegStatus::posted);
+  const auto [a, b, reqs] = submit_one();
+  ASSERT_TRUE(move_to_pending("t-1"));
+  ASSERT_TRUE(post_both_legs("t-1", a, b, 40));
   ASSERT_TRUE(store_transition(ledger(), "t-1", S::pending, S::canceling, Reason::insufficient_funds,
                                kOwner, 1));
 
@@ -1149,8 +1153,7 @@ TEST_P(EngineTest, CancelingWithTheCreditPostedRollsForwardToDone) {
   EXPECT_EQ(observer_.edges[1].from, S::applied);
   EXPECT_EQ(observer_.edges[1].to, S::done);
   EXPECT_TRUE(observer_.compensations.empty());
-  EXPECT_EQ(balance(ledger(), a), 60);
-  EXPECT_EQ(balance(ledger(), b), 40);
+  expect_balances({{a, 60}, {b, 40}});
   EXPECT_TRUE(pending_entries(ledger()).empty());
   EXPECT_TRUE(audit_passes(ledger()));
 }
