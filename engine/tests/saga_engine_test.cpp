@@ -640,25 +640,26 @@ TEST_P(EngineTest, EveryLegAppliedTwiceIsANoOpTheSecondTime) {
   audit_after_ = false;  // legs without transfer documents: invariant 4 would (rightly) fail
   const std::string a = src("a"), b = dst("b");
   accounts({{a, 100}, {b, 0}});
-  EXPECT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 30).status, LegStatus::posted);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::debit, "t-1", a, 30).status, LegStatus::already_posted);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 30).status, LegStatus::posted);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 30).status, LegStatus::already_posted);
+  // The same leg applied twice: the first call reports `first`, the replay `again`.
+  auto apply_twice = [&](LegOp op, std::string_view transfer, const std::string& account,
+                         std::int64_t amount, LegStatus first, LegStatus again) {
+    EXPECT_EQ(apply_leg(ledger(), op, transfer, account, amount).status, first) << transfer << " " << account;
+    EXPECT_EQ(apply_leg(ledger(), op, transfer, account, amount).status, again)
+        << transfer << " " << account << ", again";
+  };
+  apply_twice(LegOp::debit, "t-1", a, 30, LegStatus::posted, LegStatus::already_posted);
+  apply_twice(LegOp::credit, "t-1", b, 30, LegStatus::posted, LegStatus::already_posted);
   expect_balances({{a, 70}, {b, 30}});
-  EXPECT_EQ(apply_leg(ledger(), LegOp::release, "t-1", a, 30).status, LegStatus::released);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::release, "t-1", a, 30).status, LegStatus::released);
+  apply_twice(LegOp::release, "t-1", a, 30, LegStatus::released, LegStatus::released);
   // Compensation of another transfer: reverse once, void once.
   EXPECT_EQ(apply_leg(ledger(), LegOp::debit, "t-2", a, 20).status, LegStatus::posted);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_credit, "t-2", b, 20).status, LegStatus::voided);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_credit, "t-2", b, 20).status, LegStatus::voided);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_debit, "t-2", a, 20).status, LegStatus::reversed);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_debit, "t-2", a, 20).status, LegStatus::reversed);
+  apply_twice(LegOp::cancel_credit, "t-2", b, 20, LegStatus::voided, LegStatus::voided);
+  apply_twice(LegOp::cancel_debit, "t-2", a, 20, LegStatus::reversed, LegStatus::reversed);
   EXPECT_EQ(balance(ledger(), a), 70);
   EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-2", b, 20).status, LegStatus::voided);
   // A credit posted before the cancel: the transfer must roll forward.
   EXPECT_EQ(apply_leg(ledger(), LegOp::credit, "t-1", b, 30).status, LegStatus::already_posted);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_credit, "t-1", b, 30).status, LegStatus::credit_posted);
-  EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_credit, "t-1", b, 30).status, LegStatus::credit_posted);
+  apply_twice(LegOp::cancel_credit, "t-1", b, 30, LegStatus::credit_posted, LegStatus::credit_posted);
   // A debit voided before it posted never posts.
   EXPECT_EQ(apply_leg(ledger(), LegOp::cancel_debit, "t-3", a, 5).status, LegStatus::voided);
   EXPECT_EQ(apply_leg(ledger(), LegOp::debit, "t-3", a, 5).status, LegStatus::voided);
@@ -1167,7 +1168,11 @@ TEST_P(EngineTest, AuditFailsOnACorruptedLedger) {
   run_batch({{"t-1", a, b, 40, ""}});
   ASSERT_TRUE(audit_passes(ledger()));
 
-  auto failed_invariants = [&] {
+  // The invariants the audit fails, and its report, while `corrupt` (SQL on
+  // `file`) is in force; `undo`, if any, then puts the ledger back.
+  auto audit_corrupted = [&](const std::filesystem::path& file, const std::string& corrupt,
+                             const std::string& undo) {
+    exec_sql(file, corrupt);
     AuditReport report;
     EXPECT_TRUE(run_audit(ledger(), {}, report).is_ok());
     std::set<int> failed;
@@ -1175,40 +1180,41 @@ TEST_P(EngineTest, AuditFailsOnACorruptedLedger) {
       if (!c.ok) failed.insert(c.invariant);
     }
     EXPECT_FALSE(report.ok());
+    if (!undo.empty()) exec_sql(file, undo);
     return std::pair{failed, report.to_text()};
   };
+  const std::string where_a = " WHERE id = '" + a + "'";
 
   // A balance changed behind the journal's back: conservation and journal.
-  exec_sql(main_.file_of(a), "UPDATE accounts SET balance = balance + 7 WHERE id = '" + a + "'");
-  auto [failed, text] = failed_invariants();
+  auto [failed, text] =
+      audit_corrupted(main_.file_of(a), "UPDATE accounts SET balance = balance + 7" + where_a,
+                      "UPDATE accounts SET balance = balance - 7" + where_a);
   EXPECT_EQ(failed, (std::set<int>{1, 3})) << text;
   EXPECT_NE(text.find(a), std::string::npos) << text;
-  exec_sql(main_.file_of(a), "UPDATE accounts SET balance = balance - 7 WHERE id = '" + a + "'");
   ASSERT_TRUE(audit_passes(ledger()));
 
   // A pending entry naming a done transfer.
-  exec_sql(main_.file_of(b), "INSERT INTO pending(account_id, transfer_id) VALUES ('" + b + "', 't-1')");
-  std::tie(failed, text) = failed_invariants();
+  std::tie(failed, text) = audit_corrupted(
+      main_.file_of(b), "INSERT INTO pending(account_id, transfer_id) VALUES ('" + b + "', 't-1')",
+      "DELETE FROM pending WHERE account_id = '" + b + "'");
   EXPECT_EQ(failed, (std::set<int>{5})) << text;
-  exec_sql(main_.file_of(b), "DELETE FROM pending WHERE account_id = '" + b + "'");
 
   // A reservation that is not what the pending debits hold.
-  exec_sql(main_.file_of(a), "UPDATE accounts SET reserved = 5 WHERE id = '" + a + "'");
-  std::tie(failed, text) = failed_invariants();
+  std::tie(failed, text) = audit_corrupted(main_.file_of(a), "UPDATE accounts SET reserved = 5" + where_a,
+                                           "UPDATE accounts SET reserved = 0" + where_a);
   EXPECT_EQ(failed, (std::set<int>{3})) << text;
   EXPECT_NE(text.find(a + ": reserved 5 != pending debits 0"), std::string::npos) << text;
-  exec_sql(main_.file_of(a), "UPDATE accounts SET reserved = 0 WHERE id = '" + a + "'");
   ASSERT_TRUE(audit_passes(ledger()));
 
   // A balance below its minimum.
-  exec_sql(main_.file_of(a), "UPDATE accounts SET min_balance = 1000 WHERE id = '" + a + "'");
-  std::tie(failed, text) = failed_invariants();
+  std::tie(failed, text) =
+      audit_corrupted(main_.file_of(a), "UPDATE accounts SET min_balance = 1000" + where_a,
+                      "UPDATE accounts SET min_balance = 0" + where_a);
   EXPECT_EQ(failed, (std::set<int>{2})) << text;
-  exec_sql(main_.file_of(a), "UPDATE accounts SET min_balance = 0 WHERE id = '" + a + "'");
 
   // A done transfer that lost its credit.
-  exec_sql(main_.file_of(b), "DELETE FROM postings WHERE transfer_id = 't-1' AND kind = 'credit'");
-  std::tie(failed, text) = failed_invariants();
+  std::tie(failed, text) = audit_corrupted(
+      main_.file_of(b), "DELETE FROM postings WHERE transfer_id = 't-1' AND kind = 'credit'", "");
   EXPECT_TRUE(failed.count(3) == 1 && failed.count(4) == 1) << text;
 }
 
