@@ -387,12 +387,7 @@ TEST(PgStore, AgreesWithTheSqliteBackendOnRandomBatches) {
     for (std::size_t i = 0; i < size; ++i)
       transfer_ids.push_back("x-" + std::to_string(rng() % 50));
     for (std::size_t i = 0; i < size; ++i) {
-      const auto dice = rng() % 100;
-      const LegOp op = dice < 35   ? LegOp::debit
-                       : dice < 65 ? LegOp::credit
-                       : dice < 80 ? LegOp::cancel_debit
-                       : dice < 90 ? LegOp::cancel_credit
-                                   : LegOp::release;
+      const LegOp op = leg_op_for_roll(rng() % 100);
       // A transfer always moves one amount; every tenth is huge, so the edge
       // accounts overflow or run out.
       const auto t = std::hash<std::string>{}(transfer_ids[i]) % 1000;

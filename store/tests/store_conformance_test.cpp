@@ -983,12 +983,7 @@ TEST_P(StoreTest, HotAccountBatchesMatchOneByOne) {
       const std::size_t size = 1 + rng() % 40;
       std::vector<LegRequest> batch;
       for (std::size_t i = 0; i < size; ++i) {
-        const auto dice = rng() % 100;
-        const LegOp op = dice < 35   ? LegOp::debit
-                         : dice < 65 ? LegOp::credit
-                         : dice < 80 ? LegOp::cancel_debit
-                         : dice < 90 ? LegOp::cancel_credit
-                                     : LegOp::release;
+        const LegOp op = leg_op_for_roll(rng() % 100);
         const std::size_t t = rng() % transfer_ids.size();
         batch.push_back({op, transfer_ids[t], account_ids[rng() % account_ids.size()],
                          static_cast<std::int64_t>(1 + (t * 37) % 400),

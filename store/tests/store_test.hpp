@@ -72,6 +72,10 @@ inline Account make_account(std::string id, std::int64_t balance, std::int64_t m
   return a;
 }
 
+// The op of a random leg, from a roll of 0-99: 35% debit, 30% credit,
+// 15% cancel_debit, 10% cancel_credit, 10% release.
+LegOp leg_op_for_roll(std::uint64_t roll);
+
 // The parameter is the backend name: "sqlite" or "postgresql".
 class StoreTest : public testing::TestWithParam<std::string> {
  protected:

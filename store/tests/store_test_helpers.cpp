@@ -34,6 +34,14 @@ NewTransfer TransferSpec::to_new() const {
   return t;
 }
 
+LegOp leg_op_for_roll(std::uint64_t roll) {
+  return roll < 35   ? LegOp::debit
+         : roll < 65 ? LegOp::credit
+         : roll < 80 ? LegOp::cancel_debit
+         : roll < 90 ? LegOp::cancel_credit
+                     : LegOp::release;
+}
+
 void StoreTest::SetUp() {
   store_ = fresh_store();
   ASSERT_NE(store_, nullptr);
