@@ -315,9 +315,8 @@ TEST(PgStore, NulBytesAreRefusedNotTruncated) {
   static constexpr char kWithNul[] = "{\"a\":\"x\0y\"}";
   t.metadata = std::string(kWithNul, sizeof kWithNul - 1);
   ASSERT_EQ(t.metadata.size(), 11U);
-  const NewTransfer n = t.to_new();
   InsertResult r = InsertResult::inserted;
-  const Status st = s->insert_transfers(std::span(&n, 1), "w1", 1000, std::span(&r, 1));
+  const Status st = insert_one(*s, t, "w1", 1000, r);
   EXPECT_EQ(st.kind(), ErrorKind::fatal) << st.message();
   std::optional<TransferDoc> d;
   SAGA_ASSERT_OK(s->load_transfer("t-1", d));
@@ -454,10 +453,8 @@ TEST(PgStore, AScopeIsOneTransactionInvisibleUntilCommitted) {
   };
   const long long before = xid();
   SAGA_ASSERT_OK(s->begin_scope());
-  const TransferSpec t = spec("t-1", "a", "b", 300);
-  const NewTransfer n = t.to_new();
   InsertResult inserted{};
-  SAGA_ASSERT_OK(s->insert_transfers(std::span(&n, 1), "w1", 60'000, std::span(&inserted, 1)));
+  SAGA_ASSERT_OK(insert_one(*s, spec("t-1", "a", "b", 300), "w1", 60'000, inserted));
   ASSERT_EQ(inserted, InsertResult::inserted);
   const LegRequest legs[] = {{LegOp::debit, "t-1", "a", 300, ""}, {LegOp::credit, "t-1", "b", 300, ""}};
   LegResult results[2];
@@ -489,10 +486,8 @@ TEST(PgStore, LeasesInsideALongScopeUseTheCurrentClock) {
   SAGA_ASSERT_OK(s->begin_scope());
   SAGA_ASSERT_OK(s->now_ms(start));
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-  const TransferSpec t = spec("t-1");
-  const NewTransfer n = t.to_new();
   InsertResult inserted{};
-  SAGA_ASSERT_OK(s->insert_transfers(std::span(&n, 1), "w1", 5'000, std::span(&inserted, 1)));
+  SAGA_ASSERT_OK(insert_one(*s, spec("t-1"), "w1", 5'000, inserted));
   std::optional<TransferDoc> d;
   SAGA_ASSERT_OK(s->load_transfer("t-1", d));
   SAGA_ASSERT_OK(s->end_scope(true));

@@ -246,10 +246,7 @@ TEST_P(StoreTest, ReadsInsideAScopeSeeItsWrites) {
   create(make_account("acct-b", 0));
   SAGA_ASSERT_OK(store_->begin_scope());
   const TransferSpec t1 = spec("t-1", "acct-a", "acct-b", 120);
-  const NewTransfer n = t1.to_new();
-  InsertResult r{};
-  SAGA_ASSERT_OK(store_->insert_transfers(std::span(&n, 1), "w1", 60'000, std::span(&r, 1)));
-  ASSERT_EQ(r, InsertResult::inserted);
+  ASSERT_EQ(insert(t1), InsertResult::inserted);
   // The same id again in the same scope: a duplicate, or a conflict.
   const TransferSpec changed = spec("t-1", "acct-a", "acct-b", 121);
   const NewTransfer again[] = {t1.to_new(), changed.to_new()};

@@ -72,6 +72,11 @@ inline Account make_account(std::string id, std::int64_t balance, std::int64_t m
   return a;
 }
 
+// Inserts `t` alone through `s`, as `owner` with a lease of `lease_ms`;
+// `result` gets its InsertResult.
+Status insert_one(Store& s, const TransferSpec& t, std::string_view owner, std::int64_t lease_ms,
+                  InsertResult& result);
+
 // The op of a random leg, from a roll of 0-99: 35% debit, 30% credit,
 // 15% cancel_debit, 10% cancel_credit, 10% release.
 LegOp leg_op_for_roll(std::uint64_t roll);

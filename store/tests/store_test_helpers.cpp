@@ -47,11 +47,16 @@ void StoreTest::SetUp() {
   ASSERT_NE(store_, nullptr);
 }
 
+Status insert_one(Store& s, const TransferSpec& t, std::string_view owner, std::int64_t lease_ms,
+                  InsertResult& result) {
+  const NewTransfer n = t.to_new();
+  return s.insert_transfers(std::span(&n, 1), owner, lease_ms, std::span(&result, 1));
+}
+
 InsertResult StoreTest::insert(const TransferSpec& t, std::string_view owner,
                                std::int64_t lease_ms) {
-  const NewTransfer n = t.to_new();
   InsertResult r = InsertResult::conflict;
-  const Status s = store_->insert_transfers(std::span(&n, 1), owner, lease_ms, std::span(&r, 1));
+  const Status s = insert_one(*store_, t, owner, lease_ms, r);
   EXPECT_TRUE(s.is_ok()) << s.message();
   return r;
 }
