@@ -242,8 +242,7 @@ TEST_P(StoreTest, ARolledBackScopeLeavesNoTrace) {
 
 TEST_P(StoreTest, ReadsInsideAScopeSeeItsWrites) {
   if (!store_->supports_scope()) GTEST_SKIP() << GetParam() << " has no scopes";
-  create(make_account("acct-a", 500));
-  create(make_account("acct-b", 0));
+  create({make_account("acct-a", 500), make_account("acct-b", 0)});
   SAGA_ASSERT_OK(store_->begin_scope());
   const TransferSpec t1 = spec("t-1", "acct-a", "acct-b", 120);
   ASSERT_EQ(insert(t1), InsertResult::inserted);

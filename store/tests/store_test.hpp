@@ -100,9 +100,18 @@ class StoreTest : public testing::TestWithParam<std::string> {
                   std::int64_t epoch, Reason reason = Reason::none, std::int64_t lease_ms = 60'000);
   void create(Store& s, const Account& a);
   void create(const Account& a) { create(*store_, a); }
+  void create(std::initializer_list<Account> accounts) {
+    for (const Account& a : accounts) create(a);
+  }
   Account account(std::string_view id);
   LegResult leg(LegOp op, std::string_view transfer, std::string_view account, std::int64_t amount,
                 std::string_view currency = {});
+  // Legs of one transfer on one account, one amount, applied in turn: each
+  // must report the status paired with its op (or `want`, for them all).
+  void expect_legs(std::string_view transfer, std::string_view account, std::int64_t amount,
+                   const std::vector<std::pair<LegOp, LegStatus>>& ops);
+  void expect_legs(std::string_view transfer, std::string_view account, std::int64_t amount,
+                   std::initializer_list<LegOp> ops, LegStatus want);
   std::vector<Posting> postings(std::string_view transfer);
   std::vector<std::string> pending(std::string_view account);
   std::int64_t store_now();

@@ -103,6 +103,23 @@ LegResult StoreTest::leg(LegOp op, std::string_view transfer, std::string_view a
   return r;
 }
 
+void StoreTest::expect_legs(std::string_view transfer, std::string_view account_id,
+                            std::int64_t amount, const std::vector<std::pair<LegOp, LegStatus>>& ops) {
+  std::size_t step = 0;
+  for (const auto& [op, want] : ops) {
+    ++step;
+    EXPECT_EQ(leg(op, transfer, account_id, amount).status, want)
+        << transfer << " on " << account_id << ", leg " << step << " of " << ops.size();
+  }
+}
+
+void StoreTest::expect_legs(std::string_view transfer, std::string_view account_id,
+                            std::int64_t amount, std::initializer_list<LegOp> ops, LegStatus want) {
+  std::vector<std::pair<LegOp, LegStatus>> each;
+  for (const LegOp op : ops) each.emplace_back(op, want);
+  expect_legs(transfer, account_id, amount, each);
+}
+
 std::vector<Posting> StoreTest::postings(std::string_view transfer) {
   std::vector<Posting> out;
   const Status s = store_->postings_for_transfer(transfer, out);
