@@ -48,6 +48,25 @@ std::unique_ptr<Store> open_initialised(const std::string& url) {
   return s;
 }
 
+// A case's own database on the shared server, named after `base`,
+// initialised, and a store on it (null if that failed).
+struct FreshDatabase {
+  PgServer& server;
+  std::string name;
+  std::unique_ptr<Store> store;
+};
+FreshDatabase fresh_database(const std::string& base) {
+  PgServer& server = shared_pg_server();
+  std::string name = unique_name(base);
+  std::unique_ptr<Store> store = open_initialised(server.create_database(name));
+  return {server, std::move(name), std::move(store)};
+}
+
+// The database's current transaction id; reading it takes one of its own.
+long long current_xid(const PgServer& server, const std::string& db) {
+  return std::stoll(psql_value(server, db, "SELECT pg_current_xact_id()::text"));
+}
+
 TEST(PgStore, DisplayNameAndErrorsNeverShowThePassword) {
   PgServer& server = shared_pg_server();
   const std::string port = std::to_string(server.port());
@@ -184,9 +203,7 @@ TEST(PgStore, SchemaIsVersionedAndConcurrentInitsAreSerialised) {
 // Schema version 1 had no reservation: init's migration adds it, filled from
 // the pending debits that may still be reversed; a second init is a no-op.
 TEST(PgStore, InitUpgradesAVersionOneSchemaWithItsReservations) {
-  PgServer& server = shared_pg_server();
-  const std::string db = unique_name("upgrade");
-  auto s = open_initialised(server.create_database(db));
+  auto [server, db, s] = fresh_database("upgrade");
   ASSERT_NE(s, nullptr);
   SAGA_ASSERT_OK(s->create_accounts(std::vector<Account>{make_account("a", 1000), make_account("b", 0)}));
   const LegRequest legs[] = {
@@ -222,28 +239,24 @@ TEST(PgStore, InitUpgradesAVersionOneSchemaWithItsReservations) {
 }
 
 TEST(PgStore, RecoveryAndStaleQueriesUseTheirPartialIndexes) {
-  PgServer& server = shared_pg_server();
-  const std::string db = unique_name("plans");
-  auto s = open_initialised(server.create_database(db));
+  auto [server, db, s] = fresh_database("plans");
   ASSERT_NE(s, nullptr);
-  const std::string plan =
-      psql_value(server, db,
-                 "SET enable_seqscan = off; EXPLAIN SELECT id FROM saga_transfers c "
-                 "WHERE c.lease_until_ms < 5 AND (c.state IN ('initial', 'pending', 'applied', "
-                 "'canceling') OR NOT c.notified) ORDER BY c.lease_until_ms LIMIT 10");
-  EXPECT_TRUE(contains(plan, "saga_transfers_recovery")) << plan;
-  const std::string stale =
-      psql_value(server, db,
-                 "SET enable_seqscan = off; EXPLAIN SELECT id FROM saga_transfers WHERE state IN "
-                 "('initial', 'pending', 'applied', 'canceling') AND last_modified_ms < 5 "
-                 "ORDER BY last_modified_ms, id LIMIT 10");
-  EXPECT_TRUE(contains(stale, "saga_transfers_stale")) << stale;
-  const std::string stats = psql_value(
-      server, db,
-      "SET enable_seqscan = off; EXPLAIN SELECT state, count(*), min(created_at_ms) FROM "
-      "saga_transfers WHERE state IN ('initial', 'pending', 'applied', 'canceling') GROUP BY "
-      "state");
-  EXPECT_TRUE(contains(stats, "saga_transfers_state")) << stats;
+  // Each query, planned without sequential scans, and the index it must use.
+  const std::pair<std::string, std::string> queries[] = {
+      {"SELECT id FROM saga_transfers c WHERE c.lease_until_ms < 5 AND (c.state IN ('initial', "
+       "'pending', 'applied', 'canceling') OR NOT c.notified) ORDER BY c.lease_until_ms LIMIT 10",
+       "saga_transfers_recovery"},
+      {"SELECT id FROM saga_transfers WHERE state IN ('initial', 'pending', 'applied', 'canceling') "
+       "AND last_modified_ms < 5 ORDER BY last_modified_ms, id LIMIT 10",
+       "saga_transfers_stale"},
+      {"SELECT state, count(*), min(created_at_ms) FROM saga_transfers WHERE state IN ('initial', "
+       "'pending', 'applied', 'canceling') GROUP BY state",
+       "saga_transfers_state"},
+  };
+  for (const auto& [query, index] : queries) {
+    const std::string plan = psql_value(server, db, "SET enable_seqscan = off; EXPLAIN " + query);
+    EXPECT_TRUE(contains(plan, index)) << plan;
+  }
 }
 
 // Every batch call is one statement and so one transaction: a write
@@ -254,14 +267,11 @@ TEST(PgStore, EveryBatchCallIsOneTransaction) {
   const std::string db = unique_name("round_trips");
   auto s = open_initialised(server.create_database(db));
   ASSERT_NE(s, nullptr);
-  const auto xid = [&] {
-    return std::stoll(psql_value(server, db, "SELECT pg_current_xact_id()::text"));
-  };
   const auto expect_one_transaction = [&](const char* what, const auto& call) {
-    const long long before = xid();
+    const long long before = current_xid(server, db);
     const Status st = call();
     EXPECT_TRUE(st.is_ok()) << what << ": " << st.message();
-    EXPECT_EQ(xid(), before + 2) << what << " used more than one transaction";
+    EXPECT_EQ(current_xid(server, db), before + 2) << what << " used more than one transaction";
   };
 
   std::vector<Account> accounts;
@@ -308,8 +318,7 @@ TEST(PgStore, EveryBatchCallIsOneTransaction) {
 }
 
 TEST(PgStore, NulBytesAreRefusedNotTruncated) {
-  PgServer& server = shared_pg_server();
-  auto s = open_initialised(server.create_database(unique_name("nul_bytes")));
+  auto s = fresh_database("nul_bytes").store;
   ASSERT_NE(s, nullptr);
   TransferSpec t = spec("t-1");
   static constexpr char kWithNul[] = "{\"a\":\"x\0y\"}";
@@ -324,8 +333,7 @@ TEST(PgStore, NulBytesAreRefusedNotTruncated) {
 }
 
 TEST(PgStore, ScanCallbacksCannotReenterTheStore) {
-  PgServer& server = shared_pg_server();
-  auto s = open_initialised(server.create_database(unique_name("reentry")));
+  auto s = fresh_database("reentry").store;
   ASSERT_NE(s, nullptr);
   const Account a{"acct-a", 1, 1, 0, "", false};
   SAGA_ASSERT_OK(s->create_accounts(std::span(&a, 1)));
@@ -347,8 +355,7 @@ TEST(PgStore, ScanCallbacksCannotReenterTheStore) {
 // The same seeded sequence of batches on PostgreSQL and on SQLite: every
 // per-record result, balance, posting and pending entry must agree.
 TEST(PgStore, AgreesWithTheSqliteBackendOnRandomBatches) {
-  PgServer& server = shared_pg_server();
-  auto pg = open_initialised(server.create_database(unique_name("versus_sqlite")));
+  auto pg = fresh_database("versus_sqlite").store;
   TempDir dir("sagapool-versus");
   auto lite = open_initialised("sqlite:" + (dir / "store.db").string());
   ASSERT_NE(pg, nullptr);
@@ -441,17 +448,12 @@ std::int64_t pg_balance(Store& s, const std::string& id) {
 // A scope is one transaction: every call inside it takes no transaction
 // id of its own, and other sessions see nothing until the commit.
 TEST(PgStore, AScopeIsOneTransactionInvisibleUntilCommitted) {
-  PgServer& server = shared_pg_server();
-  const std::string db = unique_name("scope_one_tx");
-  auto s = open_initialised(server.create_database(db));
+  auto [server, db, s] = fresh_database("scope_one_tx");
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(s->supports_scope());
   const Account accounts[] = {scope_account("a", 1000), scope_account("b", 0)};
   SAGA_ASSERT_OK(s->create_accounts(accounts));
-  const auto xid = [&] {
-    return std::stoll(psql_value(server, db, "SELECT pg_current_xact_id()::text"));
-  };
-  const long long before = xid();
+  const long long before = current_xid(server, db);
   SAGA_ASSERT_OK(s->begin_scope());
   InsertResult inserted{};
   SAGA_ASSERT_OK(insert_one(*s, spec("t-1", "a", "b", 300), "w1", 60'000, inserted));
@@ -470,7 +472,7 @@ TEST(PgStore, AScopeIsOneTransactionInvisibleUntilCommitted) {
   EXPECT_EQ(psql_value(server, db, "SELECT balance FROM saga_accounts WHERE id = 'a'"), "1000");
   SAGA_ASSERT_OK(s->end_scope(true));
   // One id for the whole scope, one for psql's own read of the counter.
-  EXPECT_EQ(xid(), before + 2);
+  EXPECT_EQ(current_xid(server, db), before + 2);
   EXPECT_EQ(psql_value(server, db, "SELECT state FROM saga_transfers"), "done");
   EXPECT_EQ(pg_balance(*s, "a"), 700);
   EXPECT_EQ(pg_balance(*s, "b"), 300);
@@ -479,8 +481,7 @@ TEST(PgStore, AScopeIsOneTransactionInvisibleUntilCommitted) {
 // Leases are measured on the clock when they are written, not at the start
 // of a long batch transaction (clock_timestamp(), not now()).
 TEST(PgStore, LeasesInsideALongScopeUseTheCurrentClock) {
-  PgServer& server = shared_pg_server();
-  auto s = open_initialised(server.create_database(unique_name("scope_clock")));
+  auto s = fresh_database("scope_clock").store;
   ASSERT_NE(s, nullptr);
   std::int64_t start = 0;
   SAGA_ASSERT_OK(s->begin_scope());
@@ -501,9 +502,7 @@ TEST(PgStore, LeasesInsideALongScopeUseTheCurrentClock) {
 // scope cannot commit, nothing of it is stored, and the store reconnects
 // for the next batch.
 TEST(PgStore, AConnectionLostInsideAScopeFailsTheWholeBatch) {
-  PgServer& server = shared_pg_server();
-  const std::string db = unique_name("scope_lost");
-  auto s = open_initialised(server.create_database(db));
+  auto [server, db, s] = fresh_database("scope_lost");
   ASSERT_NE(s, nullptr);
   const Account accounts[] = {scope_account("a", 1000), scope_account("b", 0)};
   SAGA_ASSERT_OK(s->create_accounts(accounts));
@@ -540,9 +539,7 @@ TEST(PgStore, AConnectionLostInsideAScopeFailsTheWholeBatch) {
 // fatal), the scope cannot commit, and after end_scope(false) the store is
 // usable and the first part of the batch is gone.
 TEST(PgStore, AFailedCallInsideAScopeFailsTheLaterCallsAndTheCommit) {
-  PgServer& server = shared_pg_server();
-  const std::string db = unique_name("scope_failed");
-  auto s = open_initialised(server.create_database(db));
+  auto [server, db, s] = fresh_database("scope_failed");
   ASSERT_NE(s, nullptr);
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   const Account accounts[] = {scope_account("a", 1000), scope_account("b", 0),
