@@ -124,6 +124,43 @@ class PgAccountRace : public ::testing::Test {
     return a ? a->balance : -1;
   }
 
+  enum class Missing { source, destination };
+
+  // One interleaving, start to end: `transfer` moves `from` -> `to`, and the
+  // `missing` one of the two has no row. W1 claims the transfer, posting the
+  // debit if the source exists; W2 takes it over and, in its batch
+  // transaction, finds the account missing (after the debit W1 posted, if
+  // any), cancels, voids the credit and voids (never posted) or reverses the
+  // debit. Then the operator creates the missing account and the zombie W1
+  // tries, on it, the leg W2 found refused. W1's leg must come out voided,
+  // both balances as opened, and the audit must pass.
+  void run_interleaving(const std::string& transfer, const std::string& from, const std::string& to,
+                        Missing missing) {
+    const bool source_missing = missing == Missing::source;
+    const std::string& absent = source_missing ? from : to;
+    const LegOp refused = source_missing ? LegOp::debit : LegOp::credit;
+    const Account existing = account(source_missing ? to : from);
+    SAGA_ASSERT_OK(op_->create_accounts({&existing, 1}));
+    ASSERT_NO_FATAL_FAILURE(start_transfer(transfer, from, to, /*w1_posts_debit=*/!source_missing));
+
+    SAGA_ASSERT_OK(w2_->begin_scope());
+    if (!source_missing) {
+      EXPECT_EQ(leg(*w2_, LegOp::debit, transfer, from).status, LegStatus::already_posted);
+    }
+    EXPECT_EQ(leg(*w2_, refused, transfer, absent).reason, Reason::unknown_account);
+    transition(*w2_, transfer, TransferState::pending, TransferState::canceling,
+               Reason::unknown_account, "w2", 2);
+    EXPECT_EQ(leg(*w2_, LegOp::cancel_credit, transfer, to).status, LegStatus::voided);
+    EXPECT_EQ(leg(*w2_, LegOp::cancel_debit, transfer, from).status,
+              source_missing ? LegStatus::voided : LegStatus::reversed);
+
+    EXPECT_EQ(race_creation_and_zombie(transfer, absent, refused), LegStatus::voided)
+        << "W1 posted a leg W2 had voided";
+    EXPECT_EQ(balance(from), kOpening) << from;
+    EXPECT_EQ(balance(to), kOpening) << to;
+    expect_audit_passes();
+  }
+
   PgServer& server_ = shared_pg_server();
   std::string db_;
   std::string url_;
@@ -134,45 +171,14 @@ class PgAccountRace : public ::testing::Test {
 // T1 = A -> B, A missing. W2 voids both legs; A is created; W1's debit would
 // post on the new row and never be reversed (money destroyed).
 TEST_F(PgAccountRace, DebitVoidedOnAMissingAccountNeverPosts) {
-  const Account b = account("B");
-  SAGA_ASSERT_OK(op_->create_accounts({&b, 1}));
-  ASSERT_NO_FATAL_FAILURE(start_transfer("T1", "A", "B", false));
-
-  SAGA_ASSERT_OK(w2_->begin_scope());
-  EXPECT_EQ(leg(*w2_, LegOp::debit, "T1", "A").reason, Reason::unknown_account);
-  transition(*w2_, "T1", TransferState::pending, TransferState::canceling,
-             Reason::unknown_account, "w2", 2);
-  EXPECT_EQ(leg(*w2_, LegOp::cancel_credit, "T1", "B").status, LegStatus::voided);
-  EXPECT_EQ(leg(*w2_, LegOp::cancel_debit, "T1", "A").status, LegStatus::voided);
-
-  EXPECT_EQ(race_creation_and_zombie("T1", "A", LegOp::debit), LegStatus::voided)
-      << "W1 posted a leg W2 had voided";
-  EXPECT_EQ(balance("A"), kOpening);
-  EXPECT_EQ(balance("B"), kOpening);
-  expect_audit_passes();
+  run_interleaving("T1", "A", "B", Missing::source);
 }
 
 // T2 = A -> C, C missing. W1 posted the debit; W2 voids the credit on C and
 // reverses the debit; C is created; W1's credit would post as well (money
 // created).
 TEST_F(PgAccountRace, CreditVoidedOnAMissingAccountNeverPosts) {
-  const Account a = account("A");
-  SAGA_ASSERT_OK(op_->create_accounts({&a, 1}));
-  ASSERT_NO_FATAL_FAILURE(start_transfer("T2", "A", "C", true));
-
-  SAGA_ASSERT_OK(w2_->begin_scope());
-  EXPECT_EQ(leg(*w2_, LegOp::debit, "T2", "A").status, LegStatus::already_posted);
-  EXPECT_EQ(leg(*w2_, LegOp::credit, "T2", "C").reason, Reason::unknown_account);
-  transition(*w2_, "T2", TransferState::pending, TransferState::canceling,
-             Reason::unknown_account, "w2", 2);
-  EXPECT_EQ(leg(*w2_, LegOp::cancel_credit, "T2", "C").status, LegStatus::voided);
-  EXPECT_EQ(leg(*w2_, LegOp::cancel_debit, "T2", "A").status, LegStatus::reversed);
-
-  EXPECT_EQ(race_creation_and_zombie("T2", "C", LegOp::credit), LegStatus::voided)
-      << "W1 posted a leg W2 had voided";
-  EXPECT_EQ(balance("A"), kOpening);
-  EXPECT_EQ(balance("C"), kOpening);
-  expect_audit_passes();
+  run_interleaving("T2", "A", "C", Missing::destination);
 }
 
 // The lock is per id bucket, not global: creating an unrelated account, and
