@@ -42,6 +42,13 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// Each of `parts` appears in the command's output.
+void expect_output_has(const RunResult& r, std::initializer_list<std::string> parts) {
+  for (const std::string& part : parts) {
+    EXPECT_TRUE(contains(r.output, part)) << "missing '" << part << "' in:\n" << r.output;
+  }
+}
+
 std::string hostname() {
   std::array<char, 256> host{};
   if (gethostname(host.data(), host.size() - 1) != 0) return "unknown-host";
@@ -155,18 +162,15 @@ class SagactlTest : public ::testing::Test {
 TEST_F(SagactlTest, InitTwiceIsIdempotent) {
   RunResult r = ctl({"init"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, url_a_ + ": created schema")) << r.output;
-  EXPECT_TRUE(contains(r.output, url_b_ + ": created schema")) << r.output;
-  EXPECT_TRUE(contains(r.output, "shard 2 of 2")) << r.output;
+  expect_output_has(r, {url_a_ + ": created schema", url_b_ + ": created schema", "shard 2 of 2"});
   std::optional<Topology> first;
   ASSERT_TRUE(ledger().shard(1).read_topology(first).is_ok());
   ASSERT_TRUE(first.has_value());
 
   r = ctl({"init"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, url_a_ + ": already initialised")) << r.output;
-  EXPECT_TRUE(contains(r.output, url_b_ + ": already initialised")) << r.output;
-  EXPECT_TRUE(contains(r.output, first->ledger_id)) << r.output;
+  expect_output_has(r, {url_a_ + ": already initialised", url_b_ + ": already initialised",
+                        first->ledger_id});
   std::optional<Topology> second;
   ASSERT_TRUE(ledger().shard(1).read_topology(second).is_ok());
   ASSERT_TRUE(second.has_value());
@@ -296,13 +300,9 @@ TEST_F(SagactlTest, AccountsCreateShowLockUnlock) {
 
   r = ctl({"accounts", "show", "acct-1"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "balance      2500")) << r.output;
-  EXPECT_TRUE(contains(r.output, "opening      2500")) << r.output;
-  EXPECT_TRUE(contains(r.output, "min balance  0")) << r.output;
-  EXPECT_TRUE(contains(r.output, "currency     EUR")) << r.output;
-  EXPECT_TRUE(contains(r.output, "locked       no")) << r.output;
-  EXPECT_TRUE(contains(r.output, "pending      0")) << r.output;
-  EXPECT_TRUE(contains(r.output, "postings     none")) << r.output;
+  expect_output_has(r, {"balance      2500", "opening      2500", "min balance  0",
+                        "currency     EUR", "locked       no", "pending      0",
+                        "postings     none"});
 
   r = ctl({"accounts", "lock", "acct-1"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -528,10 +528,8 @@ TEST_F(SagactlTest, AuditPassesOnAFreshLedgerAndFailsOnACorruptedBalance) {
   }
   r = ctl({"audit"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_TRUE(contains(r.output, "audit FAILED")) << r.output;
-  EXPECT_TRUE(contains(r.output, "FAIL 3.")) << r.output;
-  EXPECT_TRUE(contains(r.output, "acct-1: balance 90 != opening 100")) << r.output;
-  EXPECT_TRUE(contains(r.output, "imbalance of -10")) << r.output;
+  expect_output_has(r, {"audit FAILED", "FAIL 3.", "acct-1: balance 90 != opening 100",
+                        "imbalance of -10"});
 
   r = ctl({"audit", "--json"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -561,14 +559,12 @@ TEST_F(SagactlTest, TransferShowCancelRetryAndStuck) {
   ASSERT_EQ(transfer("t-done").state, TransferState::done);
   RunResult r = ctl({"transfer", "show", "t-done"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const std::string_view s :
-       {"transfer      t-done", "state         done", "from          alice", "to            bob",
-        "amount        300", "owner         worker-x (epoch 1)", "attempts      0",
-        "origin        transfers.requests partition 3 offset 42", "postings      2", "history",
-        "requested (Kafka timestamp)", "created (state initial, epoch 1)",
-        "debit posted on alice: -300", "credit posted on bob: +300", "finished: done"}) {
-    EXPECT_TRUE(contains(r.output, std::string(s))) << "missing '" << s << "' in:\n" << r.output;
-  }
+  expect_output_has(
+      r, {"transfer      t-done", "state         done", "from          alice", "to            bob",
+          "amount        300", "owner         worker-x (epoch 1)", "attempts      0",
+          "origin        transfers.requests partition 3 offset 42", "postings      2", "history",
+          "requested (Kafka timestamp)", "created (state initial, epoch 1)",
+          "debit posted on alice: -300", "credit posted on bob: +300", "finished: done"});
   r = ctl({"cancel", "t-done"});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_EQ(count_lines(r.output), 1u) << r.output;
@@ -593,9 +589,7 @@ TEST_F(SagactlTest, TransferShowCancelRetryAndStuck) {
   EXPECT_FALSE(contains(r.output, "t-stuck")) << "younger than the default 1m:\n" << r.output;
   r = ctl({"stuck", "--older-than", "10ms"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "t-stuck")) << r.output;
-  EXPECT_TRUE(contains(r.output, "pending")) << r.output;
-  EXPECT_TRUE(contains(r.output, "worker-x")) << r.output;
+  expect_output_has(r, {"t-stuck", "pending", "worker-x"});
   EXPECT_FALSE(contains(r.output, "t-done")) << r.output;
   r = ctl({"stuck", "--older-than", "10ms", "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -616,9 +610,8 @@ TEST_F(SagactlTest, TransferShowCancelRetryAndStuck) {
   EXPECT_EQ(d.epoch, 2);
   r = ctl({"transfer", "show", "t-stuck"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "state         canceled (canceled_by_operator)")) << r.output;
-  EXPECT_TRUE(contains(r.output, "postings      none")) << r.output;
-  EXPECT_TRUE(contains(r.output, "owner sagactl@" + hostname() + " at epoch 2 after 1 take-over(s)")) << r.output;
+  expect_output_has(r, {"state         canceled (canceled_by_operator)", "postings      none",
+                        "owner sagactl@" + hostname() + " at epoch 2 after 1 take-over(s)"});
   r = ctl({"cancel", "t-stuck"});
   EXPECT_EQ(r.exit_code, 5) << r.output;
   EXPECT_TRUE(contains(r.output, "already canceled")) << r.output;
@@ -647,9 +640,7 @@ TEST_F(SagactlTest, TransferShowCancelRetryAndStuck) {
   EXPECT_EQ(account("bob")->balance, 325);
   r = ctl({"accounts", "show", "alice"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "balance      675")) << r.output;
-  EXPECT_TRUE(contains(r.output, "postings     last 2, newest first")) << r.output;
-  EXPECT_TRUE(contains(r.output, "t-retry")) << r.output;
+  expect_output_has(r, {"balance      675", "postings     last 2, newest first", "t-retry"});
   r = ctl({"audit"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
@@ -703,9 +694,7 @@ TEST_F(SagactlTest, SeveralStoresThroughSagaStoreOneALine) {
   const std::vector<std::string> env{"SAGA_STORE=" + url_a_ + "\n" + url_b_};
   RunResult r = raw({"init"}, env);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, url_a_ + ": created schema")) << r.output;
-  EXPECT_TRUE(contains(r.output, url_b_ + ": created schema")) << r.output;
-  EXPECT_TRUE(contains(r.output, "shard 2 of 2")) << r.output;
+  expect_output_has(r, {url_a_ + ": created schema", url_b_ + ": created schema", "shard 2 of 2"});
   for (std::size_t i = 0; i < 2; ++i) {
     std::optional<Topology> t;
     ASSERT_TRUE(ledger().shard(i).read_topology(t).is_ok());
