@@ -127,12 +127,28 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
         const StateStats& st = stats_.table[static_cast<std::size_t>(state)];
         const std::string_view name = to_string(state);
         add_gauge(count, name, static_cast<double>(st.count));
-        add_gauge(oldest, name, st.count > 0 ? static_cast<double>(st.oldest_created_ms) / 1000.0 : 0.0);
+        add_gauge(oldest, name, st.count > 0 ? static_cast<double>(st.oldest_ms) / 1000.0 : 0.0);
         add_gauge(stuck, name, static_cast<double>(st.stuck));
+      }
+      // The outbox: an outage of outcome publishing shows here, and only here.
+      auto unpublished = gauge_family("saga_unpublished_outcomes",
+                                      "Finished transfers whose outcome is not yet published, per "
+                                      "terminal state");
+      auto unpublished_oldest = gauge_family(
+          "saga_oldest_unpublished_outcome_timestamp_seconds",
+          "Finish time (Unix seconds) of the oldest transfer whose outcome is not yet published, "
+          "per terminal state; 0 when there is none");
+      for (TransferState state : {TransferState::done, TransferState::canceled}) {
+        const StateStats& st = stats_.table[static_cast<std::size_t>(state)];
+        const std::string_view name = to_string(state);
+        add_gauge(unpublished, name, static_cast<double>(st.count));
+        add_gauge(unpublished_oldest, name, st.count > 0 ? static_cast<double>(st.oldest_ms) / 1000.0 : 0.0);
       }
       out.push_back(std::move(count));
       out.push_back(std::move(oldest));
       out.push_back(std::move(stuck));
+      out.push_back(std::move(unpublished));
+      out.push_back(std::move(unpublished_oldest));
     }
   }
   std::lock_guard lock(imb_mu_);

@@ -537,7 +537,7 @@ TEST_P(StoreTest, StateStatsCountsAgesAndStuckWork) {
   SAGA_ASSERT_OK(store_->state_stats(stats));
   for (const auto& s : stats) {
     EXPECT_EQ(s.count, 0);
-    EXPECT_EQ(s.oldest_created_ms, 0);
+    EXPECT_EQ(s.oldest_ms, 0);
     EXPECT_EQ(s.stuck, 0);
   }
   EXPECT_EQ(insert(spec("i-expired"), "w1", 0), InsertResult::inserted);
@@ -558,18 +558,30 @@ TEST_P(StoreTest, StateStatsCountsAgesAndStuckWork) {
   const auto& initial = stats[static_cast<std::size_t>(S::initial)];
   EXPECT_EQ(initial.count, 2);
   EXPECT_EQ(initial.stuck, 1);
-  EXPECT_EQ(initial.oldest_created_ms,
+  EXPECT_EQ(initial.oldest_ms,
             std::min(load("i-expired").created_at_ms, load("i-live").created_at_ms));
   const auto& pending = stats[static_cast<std::size_t>(S::pending)];
   EXPECT_EQ(pending.count, 1);
   EXPECT_EQ(pending.stuck, 1);
-  EXPECT_EQ(pending.oldest_created_ms, load("p-expired").created_at_ms);
-  // Only unfinished work is counted: terminal totals come from counters.
-  for (S s : {S::applied, S::canceling, S::done, S::canceled}) {
-    EXPECT_EQ(stats[static_cast<std::size_t>(s)].count, 0);
-    EXPECT_EQ(stats[static_cast<std::size_t>(s)].oldest_created_ms, 0);
-    EXPECT_EQ(stats[static_cast<std::size_t>(s)].stuck, 0);
-  }
+  EXPECT_EQ(pending.oldest_ms, load("p-expired").created_at_ms);
+  // Terminal transfers count only while their outcome is unpublished (the
+  // outbox), aged by finish time: terminal totals come from counters.
+  const auto& done = stats[static_cast<std::size_t>(S::done)];
+  EXPECT_EQ(done.count, 1);
+  EXPECT_EQ(done.stuck, 1);
+  EXPECT_EQ(done.oldest_ms, load("d-expired").finished_at_ms);
+  auto expect_none = [&](std::initializer_list<S> states) {
+    for (S s : states) {
+      EXPECT_EQ(stats[static_cast<std::size_t>(s)].count, 0) << to_string(s);
+      EXPECT_EQ(stats[static_cast<std::size_t>(s)].oldest_ms, 0) << to_string(s);
+      EXPECT_EQ(stats[static_cast<std::size_t>(s)].stuck, 0) << to_string(s);
+    }
+  };
+  expect_none({S::applied, S::canceling, S::canceled});
+  const std::vector<std::string_view> published = {"d-expired"};
+  SAGA_ASSERT_OK(store_->mark_notified(published));
+  SAGA_ASSERT_OK(store_->state_stats(stats));
+  expect_none({S::done});
 }
 
 TEST_P(StoreTest, ScanTransferStatesVisitsEveryTransfer) {

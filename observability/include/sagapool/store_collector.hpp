@@ -4,8 +4,11 @@
 // Store is single-threaded and the worker's loop keeps its own.
 //
 // - saga_transfers, saga_oldest_transfer_timestamp_seconds and
-//   saga_stuck_transfers, per non-terminal state: one Store::state_stats
-//   query (indexed, reads unfinished transfers only), cached for
+//   saga_stuck_transfers, per non-terminal state, and
+//   saga_unpublished_outcomes and
+//   saga_oldest_unpublished_outcome_timestamp_seconds, per terminal state:
+//   one Store::state_stats query (indexed, reads unfinished or unpublished
+//   transfers only), cached for
 //   max(stats_ttl, 10 x its last duration), so scrapes and readiness probes
 //   cost the store at most one such query per TTL.
 // - saga_ledger_imbalance: needs every account, so it is never read on the

@@ -71,13 +71,14 @@ struct Transition {
   std::int64_t epoch = 0;
 };
 
-// Per-state figures for monitoring, computed from indexed columns: only the
-// non-terminal states are counted (terminal totals come from the counters;
-// counting them here would scan the whole table).
+// Per-state figures for monitoring, computed from indexed columns. For the
+// non-terminal states: every transfer in it. For done and canceled: only
+// those whose outcome is not yet published (the outbox; terminal totals come
+// from the counters, as counting them here would scan the whole table).
 struct StateStats {
   std::int64_t count = 0;
-  std::int64_t oldest_created_ms = 0;  // 0 when count == 0
-  std::int64_t stuck = 0;              // non-terminal with an expired lease
+  std::int64_t oldest_ms = 0;  // the oldest's creation (finish, if terminal); 0 when count == 0
+  std::int64_t stuck = 0;      // with an expired lease: waiting for recovery
 };
 using StateStatsTable = std::array<StateStats, kTransferStateCount>;
 

@@ -296,10 +296,10 @@ class MemoryStore final : public Store {
     if (Status s = gate(); !s) return s;
     const std::int64_t now = db_->clock_->now_ms();
     for (const auto& [id, d] : db_->transfers_) {
-      if (is_terminal(d.state)) continue;
+      if (is_terminal(d.state) && d.notified) continue;
       StateStats& s = out[static_cast<std::size_t>(d.state)];
-      s.oldest_created_ms =
-          s.count == 0 ? d.created_at_ms : std::min(s.oldest_created_ms, d.created_at_ms);
+      const std::int64_t since = is_terminal(d.state) ? d.finished_at_ms : d.created_at_ms;
+      s.oldest_ms = s.count == 0 ? since : std::min(s.oldest_ms, since);
       ++s.count;
       if (d.lease_until_ms < now) ++s.stuck;
     }

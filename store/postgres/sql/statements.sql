@@ -47,10 +47,17 @@ SELECT id, source, destination, amount, currency, metadata, payload_hash, state,
   ORDER BY last_modified_ms, id
   LIMIT $2;
 
+-- Unfinished transfers by creation; finished ones whose outcome is not yet
+-- published by finish time (both from partial indexes).
 -- name: saga_state_stats
 SELECT state, count(*), coalesce(min(created_at_ms), 0), count(*) FILTER (WHERE lease_until_ms < (SELECT saga_now_ms()))
   FROM saga_transfers
   WHERE state IN ('initial', 'pending', 'applied', 'canceling')
+  GROUP BY state
+UNION ALL
+SELECT state, count(*), coalesce(min(finished_at_ms), 0), count(*) FILTER (WHERE lease_until_ms < (SELECT saga_now_ms()))
+  FROM saga_transfers
+  WHERE NOT notified AND state IN ('done', 'canceled')
   GROUP BY state;
 
 -- name: saga_scan_transfer_states

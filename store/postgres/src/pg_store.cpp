@@ -512,7 +512,7 @@ class PgStore final : public Store {
         return fatal("state stats: unknown state " + std::string(pg::value(r.get(), row, 0)));
       StateStats& s = out[static_cast<std::size_t>(*state)];
       if (!pg::parse_int(pg::value(r.get(), row, 1), s.count) ||
-          !pg::parse_int(pg::value(r.get(), row, 2), s.oldest_created_ms) ||
+          !pg::parse_int(pg::value(r.get(), row, 2), s.oldest_ms) ||
           !pg::parse_int(pg::value(r.get(), row, 3), s.stuck)) {
         return fatal("state stats: unreadable row");
       }

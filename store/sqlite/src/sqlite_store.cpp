@@ -377,7 +377,7 @@ class SqliteStore final : public Store {
       if (!state) continue;
       StateStats& s = out[static_cast<std::size_t>(*state)];
       s.count = sqlite3_column_int64(st->get(), 1);
-      s.oldest_created_ms = sqlite3_column_int64(st->get(), 2);
+      s.oldest_ms = sqlite3_column_int64(st->get(), 2);
       s.stuck = sqlite3_column_int64(st->get(), 3);
     }
     sqlite3_reset(st->get());
