@@ -372,6 +372,25 @@ TEST_F(SagactlTest, ImportOfAGoodCsv) {
   EXPECT_EQ(ctl({"audit"}).exit_code, 0);
 }
 
+TEST_F(SagactlTest, ImportReadsStandardInputForADash) {
+  init();
+  std::string sagactl = "'" + bin("sagactl").string() + "'";
+  for (const std::string& arg : store_args()) sagactl += " '" + arg + "'";
+  auto import_piped = [&](const std::string& name, const std::string& csv) {
+    write_file(dir_ / name, csv);
+    return run({"/bin/sh", "-c", "exec " + sagactl + " accounts import - < '" + (dir_ / name).string() + "'"});
+  };
+  const RunResult r = import_piped("piped.csv", "id,balance\npiped-1,10\npiped-2,20\n");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "imported 2 accounts")) << r.output;
+  EXPECT_EQ(account("piped-2")->balance, 20);
+
+  const RunResult bad = import_piped("bad.csv", "id,balance\npiped-3,ten\n");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "-:2:")) << bad.output;  // errors name standard input `-`
+  EXPECT_FALSE(account("piped-3").has_value());
+}
+
 TEST_F(SagactlTest, ImportOfBadCsvsLeavesNothingBehind) {
   init();
   ASSERT_EQ(ctl({"accounts", "create", "taken", "--balance", "1"}).exit_code, 0);

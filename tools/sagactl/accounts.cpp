@@ -128,7 +128,7 @@ void add_account_commands(CLI::App& app, Action& action) {
   CLI::App* imp = accounts->add_subcommand(
       "import", "create the accounts of a CSV file (header id,balance[,min_balance,currency,locked]); "
                 "all or nothing");
-  imp->add_option("FILE", *file, "the CSV file")->required();
+  imp->add_option("FILE", *file, "the CSV file, or - for standard input")->required();
   imp->callback([&action, file] {
     action = {true, [file](Ledger& ledger) { return import_accounts(ledger, *file); }};
   });

@@ -34,16 +34,22 @@ struct ShardRows {
   std::vector<std::size_t> lines;
 };
 
+// `-` is standard input, so an export can be piped in.
 bool read_whole_file(const std::string& path, std::string& out, std::string& error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = "cannot open " + path + ": " + std::strerror(errno);
-    return false;
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) {
+      error = "cannot open " + path + ": " + std::strerror(errno);
+      return false;
+    }
+    in = &file;
   }
   std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) {
-    error = "cannot read " + path;
+  ss << in->rdbuf();
+  if (in->bad()) {
+    error = "cannot read " + (path == "-" ? std::string("standard input") : path);
     return false;
   }
   out = std::move(ss).str();
