@@ -340,10 +340,10 @@ Status KafkaProducer::fatal_error() const {
 Status KafkaProducer::produce_once(const std::string& topic, std::string_view key,
                                    std::string_view value,
                                    std::span<const MessageHeader> headers, void* opaque,
-                                   rd_kafka_resp_err_t& err) {
+                                   std::int64_t timestamp_ms, rd_kafka_resp_err_t& err) {
   // Fixed-size argument list on the stack: topic, flags, value, opaque, and
-  // optionally key and headers.
-  std::array<rd_kafka_vu_t, 6> vus{};
+  // optionally key, headers and timestamp.
+  std::array<rd_kafka_vu_t, 7> vus{};
   std::size_t n = 0;
   vus[n].vtype = RD_KAFKA_VTYPE_TOPIC;
   vus[n++].u.cstr = topic.c_str();
@@ -377,6 +377,10 @@ Status KafkaProducer::produce_once(const std::string& topic, std::string_view ke
     vus[n].vtype = RD_KAFKA_VTYPE_HEADERS;
     vus[n++].u.headers = hdrs.get();
   }
+  if (timestamp_ms > 0) {
+    vus[n].vtype = RD_KAFKA_VTYPE_TIMESTAMP;
+    vus[n++].u.i64 = timestamp_ms;
+  }
   KafkaErrorPtr error(rd_kafka_produceva(rk_.get(), vus.data(), n));
   if (!error) {
     (void)hdrs.release();  // owned by the queued message now
@@ -389,16 +393,13 @@ Status KafkaProducer::produce_once(const std::string& topic, std::string_view ke
 
 Status KafkaProducer::produce(const std::string& topic, std::string_view key,
                               std::string_view value, std::span<const MessageHeader> headers,
-                              void* opaque, rd_kafka_resp_err_t* err_out) {
+                              void* opaque, rd_kafka_resp_err_t* err_out, std::int64_t timestamp_ms) {
   if (!rk_) return Status::fatal("kafka produce: the producer is closed");
   if (has_fatal_error()) return fatal_error();
-  if (headers.size() > kMaxHeaders) {
-    return Status::fatal("kafka produce: more than " + std::to_string(kMaxHeaders) + " headers");
-  }
   const auto deadline = std::chrono::steady_clock::now() + queue_full_wait_;
   for (;;) {
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
-    Status s = produce_once(topic, key, value, headers, opaque, err);
+    Status s = produce_once(topic, key, value, headers, opaque, timestamp_ms, err);
     if (err_out != nullptr) *err_out = err;
     if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return s;
     // Back-pressure: serve delivery reports (which frees queue slots), then

@@ -179,6 +179,33 @@ TEST_F(HostileInputTest, EveryBadMessageIsDeadLetteredWithItsReasonAndCounted) {
   EXPECT_EQ(metric("saga_requests_total", R"(result="accepted")"), 3.0);
 }
 
+// A dead letter keeps what its request carried: its headers (a trace id, a
+// null value, a binary one), after the saga.* headers, and its timestamp.
+// An upstream saga.* header would pass for the worker's own: it is dropped.
+TEST_F(HostileInputTest, ADeadLetterKeepsTheRequestsHeadersAndTimestamp) {
+  using Headers = std::vector<std::pair<std::string, std::optional<std::string>>>;
+  const Headers carried = {{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+                           {"x-null", std::nullopt},
+                           {"x-bin", std::string("\x00\xff", 2)},
+                           {"traceparent", "a second value of the same name"}};
+  Headers sent = carried;
+  sent.insert(sent.begin() + 1, {"saga.error", "spoofed"});
+  produce_raw(broker_->bootstrap(), "transfers.requests", {{"h0", "not json", sent}});
+
+  const std::vector<Record> requests = consume(broker_->bootstrap(), "transfers.requests", 1, 30s);
+  const std::vector<Record> dead = consume(broker_->bootstrap(), "transfers.dlq", 1, 60s);
+  ASSERT_EQ(requests.size(), 1U);
+  ASSERT_EQ(dead.size(), 1U) << read_file(dir_ / "worker.log");
+  const Record& d = dead.front();
+  EXPECT_EQ(d.timestamp_ms, requests.front().timestamp_ms);
+  ASSERT_EQ(d.header_list.size(), 6 + carried.size());
+  for (std::size_t i = 0; i < 6; ++i) {
+    EXPECT_TRUE(d.header_list[i].first.starts_with("saga.")) << d.header_list[i].first;
+  }
+  EXPECT_EQ(Headers(d.header_list.begin() + 6, d.header_list.end()), carried);
+  EXPECT_EQ(d.headers.at("saga.error"), "malformed_json");
+}
+
 TEST_F(HostileInputTest, ReplaysChangeNothingAndAReusedIdIsRefusedAndCounted) {
   const std::string original = request("replayed", "h0", "h1", "250");
   std::vector<std::pair<std::string, std::string>> first(40, {"h0", original});

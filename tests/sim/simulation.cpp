@@ -95,6 +95,8 @@ struct Message {
   int request = -1;  // -1: invalid input
   int variant = -1;
   std::string invalid_code;  // the validator's code for invalid input
+  std::vector<CopiedHeader> headers;  // tracing, and now and then a spoofed saga.* one
+  std::int64_t timestamp_ms = 0;      // when it was produced (became visible)
   int deliveries = 0;
 };
 
@@ -176,7 +178,7 @@ class World {
   Status seek(Actor& w, std::span<const PartitionOffset> offsets);
   void commit_offsets(Actor& w);
   void deliver(std::string_view topic, std::string_view key, std::string_view value,
-               const std::vector<std::pair<std::string, std::string>>& headers);
+               const std::vector<CopiedHeader>& headers, std::int64_t timestamp_ms);
   void backoff(Actor& w, std::chrono::milliseconds d);
   bool chance(std::size_t per_mille) { return !quiet_ && rng_.per_mille(per_mille); }
   std::int64_t now() { return clock_->now_ms(); }
@@ -209,6 +211,7 @@ class World {
   void operator_retry(const std::string& id);
   void operator_create_account();
   void produce_more();
+  void show(Partition& p, std::size_t visible);
   void settle();
 
   // ---- checks ----
@@ -284,6 +287,9 @@ class SimSource final : public RequestSource {
     return Status::ok();
   }
   Status seek(std::span<const PartitionOffset> offsets) override { return world_.seek(actor_, offsets); }
+  void headers_of(const ConsumedMessage& m, std::vector<CopiedHeader>& out) override {
+    out = static_cast<const Message*>(m.handle)->headers;
+  }
   void close() override { world_.commit_offsets(actor_); }
 
  private:
@@ -299,7 +305,8 @@ class SimOutput final : public MessageOutput {
   explicit SimOutput(World& world) : world_(world) {}
   void set_listener(DeliveryListener* listener) override { listener_ = listener; }
   Status produce(const std::string& topic, std::string_view key, std::string_view value,
-                 std::span<const MessageHeader> headers, void* opaque, rd_kafka_resp_err_t* err) override {
+                 std::span<const MessageHeader> headers, void* opaque, rd_kafka_resp_err_t* err,
+                 std::int64_t timestamp_ms) override {
     if (world_.chance(10)) {
       ++world_.stats()["messages refused by the producer (queue full)"];
       if (err != nullptr) *err = RD_KAFKA_RESP_ERR__QUEUE_FULL;
@@ -309,8 +316,12 @@ class SimOutput final : public MessageOutput {
     q.topic = topic;
     q.key.assign(key);
     q.value.assign(value);
-    for (const MessageHeader& h : headers) q.headers.emplace_back(h.name, h.value);
+    for (const MessageHeader& h : headers) {
+      q.headers.push_back({std::string(h.name), h.value.data() == nullptr ? std::nullopt
+                                                                           : std::optional<std::string>(h.value)});
+    }
     q.opaque = opaque;
+    q.timestamp_ms = timestamp_ms;
     return Status::ok();
   }
   int poll(std::chrono::milliseconds) override { return report(false); }
@@ -325,7 +336,7 @@ class SimOutput final : public MessageOutput {
   // The process died: what was in flight reached its topic or not.
   void crash() {
     for (const Queued& q : queue_) {
-      if (!world_.chance(500)) world_.deliver(q.topic, q.key, q.value, q.headers);
+      if (!world_.chance(500)) world_.deliver(q.topic, q.key, q.value, q.headers, q.timestamp_ms);
     }
     queue_.clear();
   }
@@ -333,8 +344,9 @@ class SimOutput final : public MessageOutput {
  private:
   struct Queued {
     std::string topic, key, value;
-    std::vector<std::pair<std::string, std::string>> headers;
+    std::vector<CopiedHeader> headers;
     void* opaque = nullptr;
+    std::int64_t timestamp_ms = 0;
   };
 
   int report(bool all) {
@@ -353,7 +365,7 @@ class SimOutput final : public MessageOutput {
         ++world_.stats()["deliveries failed"];
         r.err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
       } else {
-        world_.deliver(q.topic, q.key, q.value, q.headers);
+        world_.deliver(q.topic, q.key, q.value, q.headers, q.timestamp_ms);
       }
       if (listener_ != nullptr) listener_->on_delivery(r);
     }
@@ -510,6 +522,11 @@ void World::create_messages() {
     if (e == RequestError::ok) fail("catalogue input is valid: " + m.value);
     m.invalid_code = std::string(error_code(e));
     all.push_back(m);
+  }
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    if (rng_.per_mille(300)) all[k].headers.push_back({"traceparent", "00-" + std::to_string(k) + "-01"});
+    if (rng_.per_mille(100)) all[k].headers.push_back({"x-null", std::nullopt});
+    if (rng_.per_mille(100)) all[k].headers.push_back({"saga.error", "spoofed"});
   }
   std::shuffle(all.begin(), all.end(), std::mt19937_64(rng_.below(1'000'000'000)));
   partitions_.resize(1 + rng_.below(3));
@@ -759,9 +776,12 @@ void World::commit_offsets(Actor& w) {
 }
 
 void World::produce_more() {
-  for (Partition& p : partitions_) {
-    p.visible = std::min(p.log.size(), p.visible + rng_.below(batch_size_ * 2 + 2));
-  }
+  for (Partition& p : partitions_) show(p, std::min(p.log.size(), p.visible + rng_.below(batch_size_ * 2 + 2)));
+}
+
+// Messages up to `visible` are produced now.
+void World::show(Partition& p, std::size_t visible) {
+  for (; p.visible < visible; ++p.visible) p.log[p.visible].timestamp_ms = now();
 }
 
 // The worker's poll: when the turn offers a batch, up to `max` messages from
@@ -783,7 +803,7 @@ void World::fetch(Actor& w, std::size_t max, std::vector<ConsumedMessage>& out) 
       Message& m = part.log[static_cast<std::size_t>(pos)];
       if (++m.deliveries > 1) ++stats_["messages redelivered"];
       ++stats_["messages delivered"];
-      out.push_back({kTopics.requests_topic, p, m.offset, now(), m.key, m.value});
+      out.push_back({kTopics.requests_topic, p, m.offset, m.timestamp_ms, m.key, m.value, &m});
       trace("  ", p, "/", m.offset, ": ", m.value);
     }
   }
@@ -825,7 +845,7 @@ void World::backoff(Actor& w, std::chrono::milliseconds d) {
 
 // A message reached its topic. Dead letters are read back from their headers.
 void World::deliver(std::string_view topic, std::string_view key, std::string_view value,
-                    const std::vector<std::pair<std::string, std::string>>& headers) {
+                    const std::vector<CopiedHeader>& headers, std::int64_t timestamp_ms) {
   if (topic == kTopics.results_topic) {
     outcomes_.push_back({std::string(key), std::string(value)});
     return;
@@ -835,8 +855,8 @@ void World::deliver(std::string_view topic, std::string_view key, std::string_vi
     return;
   }
   auto header = [&](std::string_view name) -> std::string {
-    for (const auto& [n, v] : headers) {
-      if (n == name) return v;
+    for (const CopiedHeader& h : headers) {
+      if (h.name == name) return h.value.value_or("");
     }
     return {};
   };
@@ -853,6 +873,16 @@ void World::deliver(std::string_view topic, std::string_view key, std::string_vi
   }
   const Message& m = partitions_[p].log[static_cast<std::size_t>(offset)];
   if (m.key != key || m.value != value) fail("dead letter " + ps + "/" + os + " does not carry its message's bytes");
+  // After the six saga.* headers, the original's own, in order, but any
+  // saga.* one (a spoof); and the original's timestamp.
+  std::vector<CopiedHeader> carried(headers.begin() + std::min<std::size_t>(6, headers.size()), headers.end());
+  std::vector<CopiedHeader> expected = m.headers;
+  std::erase_if(expected, [](const CopiedHeader& h) { return h.name.starts_with("saga."); });
+  auto same = [](const CopiedHeader& a, const CopiedHeader& b) { return a.name == b.name && a.value == b.value; };
+  if (!std::equal(carried.begin(), carried.end(), expected.begin(), expected.end(), same) ||
+      timestamp_ms != m.timestamp_ms) {
+    fail("dead letter " + ps + "/" + os + " does not carry its message's headers and timestamp");
+  }
   dead_letters_.push_back({&m, header("saga.reason"), header("saga.error")});
 }
 
@@ -985,7 +1015,7 @@ void World::settle() {
     if (!w->alive) restart(*w);
   }
   rebalance();
-  for (Partition& p : partitions_) p.visible = p.log.size();
+  for (Partition& p : partitions_) show(p, p.log.size());
   for (int round = 0; round < kMaxRoundsToSettle && failure_.empty(); ++round) {
     for (auto& w : workers_) {
       // Steps until it has consumed everything, and one more to deliver and

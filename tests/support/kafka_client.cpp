@@ -169,6 +169,8 @@ std::vector<Record> consume(const std::string& brokers, const std::string& topic
       if (m->payload) r.value.assign(static_cast<const char*>(m->payload), m->len);
       r.partition = m->partition;
       r.offset = m->offset;
+      rd_kafka_timestamp_type_t type;
+      r.timestamp_ms = rd_kafka_message_timestamp(m, &type);
       rd_kafka_headers_t* hdrs = nullptr;
       if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
         const char* name;
@@ -176,6 +178,8 @@ std::vector<Record> consume(const std::string& brokers, const std::string& topic
         size_t size;
         for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
           r.headers[name] = val ? std::string(static_cast<const char*>(val), size) : "";
+          r.header_list.emplace_back(name, val ? std::optional<std::string>(std::string(static_cast<const char*>(val), size))
+                                               : std::nullopt);
         }
       }
       out.push_back(std::move(r));

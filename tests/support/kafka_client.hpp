@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,11 @@ namespace sagapool::test {
 struct Record {
   std::string key;
   std::string value;
-  std::map<std::string, std::string> headers;
+  std::map<std::string, std::string> headers;  // the last value of each name
+  std::vector<std::pair<std::string, std::optional<std::string>>> header_list;  // all, in order
   int partition = -1;
   long long offset = -1;
+  long long timestamp_ms = -1;
 };
 
 // A running broker for a test; stopped when destroyed.

@@ -26,9 +26,24 @@ Status KafkaRequestSource::poll_batch(std::size_t max, std::chrono::milliseconds
     out.push_back({rd_kafka_topic_name(m->rkt), m->partition, m->offset,
                    rd_kafka_message_timestamp(m.get(), &type),
                    {static_cast<const char*>(m->key), m->key ? m->key_len : 0},
-                   {static_cast<const char*>(m->payload), m->payload ? m->len : 0}});
+                   {static_cast<const char*>(m->payload), m->payload ? m->len : 0}, m.get()});
   }
   return Status::ok();
+}
+
+void KafkaRequestSource::headers_of(const ConsumedMessage& m, std::vector<CopiedHeader>& out) {
+  out.clear();
+  rd_kafka_headers_t* headers = nullptr;
+  auto* message = static_cast<rd_kafka_message_t*>(const_cast<void*>(m.handle));
+  if (message == nullptr || rd_kafka_message_headers(message, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return;
+  const char* name = nullptr;
+  const void* value = nullptr;
+  std::size_t size = 0;
+  for (std::size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
+    CopiedHeader& h = out.emplace_back();
+    h.name = name;
+    if (value != nullptr) h.value.emplace(static_cast<const char*>(value), size);
+  }
 }
 
 TopicPartitionListPtr KafkaRequestSource::list_of(std::span<const PartitionOffset> offsets) const {

@@ -113,7 +113,8 @@ void Worker::offsets_of(const std::vector<ConsumedMessage>& batch, std::vector<P
   // One past the highest offset per partition; batches hold few partitions.
   out.clear();
   for (const ConsumedMessage& m : batch) {
-    auto it = std::find_if(out.begin(), out.end(), [&](const PartitionOffset& p) { return p.partition == m.partition; });
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const PartitionOffset& p) { return p.partition == m.partition; });
     if (it == out.end()) it = out.insert(out.end(), {m.partition, m.offset + 1});
     it->offset = std::max(it->offset, m.offset + 1);
   }
@@ -263,7 +264,7 @@ void Worker::publish_finished(bool count_finished) {
 
 void Worker::publish_outcome(const OutcomeFields& f) {
   format_outcome(f, outcome_json_);
-  Status s = output_->produce(options_.results_topic, f.id, outcome_json_, {}, &kOutcomeTag, nullptr);
+  Status s = output_->produce(options_.results_topic, f.id, outcome_json_, {}, &kOutcomeTag, nullptr, 0);
   if (!s) {
     // Not queued: the outbox flag stays false and recovery publishes it.
     if (outcome_failures_++ % 1000 == 0) spdlog::warn("outcome not queued: {}", s.message());
@@ -280,6 +281,11 @@ Status Worker::dead_letter(PendingOffsets& entry, const ConsumedMessage& m, Reas
   d.offset = m.offset;
   d.key.assign(m.key);
   d.value.assign(m.value);
+  d.timestamp_ms = std::max<std::int64_t>(m.timestamp_ms, 0);
+  // The original's headers travel on (tracing, ...), after ours; an
+  // upstream saga.* header would pass for ours, so it is left out.
+  source_->headers_of(m, d.headers);
+  std::erase_if(d.headers, [](const CopiedHeader& h) { return h.name.starts_with("saga."); });
   d.why.append(to_string(reason)).append(1, '\n').append(code).append(1, '\n').append(message);
   return produce_dead_letter(d);
 }
@@ -298,21 +304,27 @@ Status Worker::produce_dead_letter(DeadLetter& d) {
   const std::string_view value = d.value;
   if (Status fp = SAGA_FAILPOINT("before_dead_letter"); !fp) return fp;
   for (;;) {
-    const MessageHeader headers[] = {
+    std::vector<MessageHeader> headers = {
         {"saga.reason", why.substr(0, a)},
         {"saga.error", why.substr(a + 1, b - a - 1)},
         {"saga.message", why.substr(b + 1)},
         {"saga.source.topic", d.topic},
         {"saga.source.partition", partition},
         {"saga.source.offset", offset},
-        {"saga.truncated", "true"},
-        {"saga.original.size", original_size},
     };
-    const std::size_t n = d.truncated ? std::size(headers) : std::size(headers) - 2;
+    if (d.truncated) {
+      // Cut to what any valid request fits in: the original headers stay out.
+      headers.push_back({"saga.truncated", "true"});
+      headers.push_back({"saga.original.size", original_size});
+    } else {
+      for (const CopiedHeader& h : d.headers) {
+        headers.push_back({h.name, h.value ? std::string_view(*h.value) : std::string_view()});
+      }
+    }
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
     const Status s = output_->produce(
         options_.dlq_topic, d.truncated ? key.substr(0, kDeadLetterKeyKeepBytes) : key,
-        d.truncated ? value.substr(0, kDeadLetterKeepBytes) : value, std::span(headers, n), &d, &err);
+        d.truncated ? value.substr(0, kDeadLetterKeepBytes) : value, headers, &d, &err, d.timestamp_ms);
     if (s) {
       d.state = DeadLetter::State::queued;
       ++d.entry->outstanding;
@@ -349,7 +361,8 @@ void Worker::consume_again(PendingOffsets& entry, const Status& why) {
   entry.store = false;
   std::vector<PartitionOffset> first;  // the lowest offset per partition
   for (const ConsumedMessage& m : batch_) {
-    auto it = std::find_if(first.begin(), first.end(), [&](const PartitionOffset& p) { return p.partition == m.partition; });
+    auto it = std::find_if(first.begin(), first.end(),
+                           [&](const PartitionOffset& p) { return p.partition == m.partition; });
     if (it == first.end()) it = first.insert(first.end(), {m.partition, m.offset});
     it->offset = std::min(it->offset, m.offset);
   }

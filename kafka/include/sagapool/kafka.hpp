@@ -116,6 +116,7 @@ struct DeliveryHandler {
   virtual void on_delivery(const rd_kafka_message_t& m) = 0;
 };
 
+// A value whose data() is null is a null header value (as Kafka allows).
 struct MessageHeader {
   std::string_view name;
   std::string_view value;
@@ -134,10 +135,6 @@ struct KafkaProducerOptions {
 
 class KafkaProducer {
  public:
-  // Header count per message is bounded so produce() can build its argument
-  // list on the stack.
-  static constexpr std::size_t kMaxHeaders = 8;
-
   // Defaults (each overridable through kafka_opts): enable.idempotence=true,
   // compression.type=lz4, linger.ms=5, batch.num.messages=10000,
   // queue.buffering.max.messages=500000. `handler` may be null (reports are
@@ -157,9 +154,10 @@ class KafkaProducer {
   // that was queued gets exactly one delivery report. `err`, when given,
   // receives librdkafka's error code (the caller tells a message librdkafka
   // refuses, such as one over message.max.bytes, from other failures).
+  // `timestamp_ms` (create time, ms since the epoch): 0 = now.
   Status produce(const std::string& topic, std::string_view key, std::string_view value,
                  std::span<const MessageHeader> headers = {}, void* opaque = nullptr,
-                 rd_kafka_resp_err_t* err = nullptr);
+                 rd_kafka_resp_err_t* err = nullptr, std::int64_t timestamp_ms = 0);
 
   // Serves delivery reports; returns how many were served.
   int poll(std::chrono::milliseconds timeout);
@@ -193,7 +191,7 @@ class KafkaProducer {
   static void error_cb(rd_kafka_t* rk, int err, const char* reason, void* opaque);
   Status produce_once(const std::string& topic, std::string_view key, std::string_view value,
                       std::span<const MessageHeader> headers, void* opaque,
-                      rd_kafka_resp_err_t& err);
+                      std::int64_t timestamp_ms, rd_kafka_resp_err_t& err);
 
   DeliveryHandler* handler_;
   std::chrono::milliseconds queue_full_wait_;

@@ -18,6 +18,7 @@ class KafkaRequestSource final : public RequestSource {
                     std::vector<ConsumedMessage>& out) override;
   Status store_offsets(std::span<const PartitionOffset> offsets) override;
   Status seek(std::span<const PartitionOffset> offsets) override;
+  void headers_of(const ConsumedMessage& m, std::vector<CopiedHeader>& out) override;
   void close() override { consumer_->close(); }
 
  private:
@@ -33,8 +34,9 @@ class KafkaMessageOutput final : public MessageOutput, private DeliveryHandler {
   static Status create(const WorkerOptions& options, std::unique_ptr<MessageOutput>& out);
   void set_listener(DeliveryListener* listener) override { listener_ = listener; }
   Status produce(const std::string& topic, std::string_view key, std::string_view value,
-                 std::span<const MessageHeader> headers, void* opaque, rd_kafka_resp_err_t* err) override {
-    return producer_->produce(topic, key, value, headers, opaque, err);
+                 std::span<const MessageHeader> headers, void* opaque, rd_kafka_resp_err_t* err,
+                 std::int64_t timestamp_ms) override {
+    return producer_->produce(topic, key, value, headers, opaque, err, timestamp_ms);
   }
   int poll(std::chrono::milliseconds timeout) override { return producer_->poll(timeout); }
   bool flush(std::chrono::milliseconds timeout) override { return producer_->flush(timeout); }

@@ -77,6 +77,8 @@ class Worker final : private DeliveryListener {
     std::int64_t offset = 0;
     std::string key;
     std::string value;
+    std::int64_t timestamp_ms = 0;
+    std::vector<CopiedHeader> headers;  // the original's, saga.* left out
     std::string why;         // reason, code and message, '\n'-separated
     bool truncated = false;  // too large whole: sent cut (worker.cpp, kDeadLetterKeep*)
     State state = State::to_send;

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,6 +30,13 @@ struct ConsumedMessage {
   std::int64_t timestamp_ms = -1;  // -1: none
   std::string_view key;
   std::string_view value;
+  const void* handle = nullptr;  // the source's own, for headers_of
+};
+
+// A header of a consumed message, copied. nullopt: a null value.
+struct CopiedHeader {
+  std::string name;
+  std::optional<std::string> value;
 };
 
 // A position in one partition of the source's topic: the next offset to
@@ -53,6 +61,9 @@ class RequestSource {
   virtual Status store_offsets(std::span<const PartitionOffset> offsets) = 0;
   // The next messages of these partitions start at these offsets.
   virtual Status seek(std::span<const PartitionOffset> offsets) = 0;
+  // Replaces `out` with a copy of the message's headers, in order. Only on
+  // the rare paths that need them (dead letters): the batch never does.
+  virtual void headers_of(const ConsumedMessage& m, std::vector<CopiedHeader>& out) = 0;
   // Leaves the group, committing stored offsets. Idempotent.
   virtual void close() = 0;
 };
@@ -80,9 +91,10 @@ class MessageOutput {
   virtual void set_listener(DeliveryListener* listener) = 0;
   // Queues one message (copied). `err` receives Kafka's code when it is not
   // queued, so the caller tells a message refused for its size.
+  // `timestamp_ms`: its create time, 0 = now.
   virtual Status produce(const std::string& topic, std::string_view key, std::string_view value,
                          std::span<const MessageHeader> headers, void* opaque,
-                         rd_kafka_resp_err_t* err) = 0;
+                         rd_kafka_resp_err_t* err, std::int64_t timestamp_ms) = 0;
   virtual int poll(std::chrono::milliseconds timeout) = 0;
   // True when everything queued was reported within `timeout`.
   virtual bool flush(std::chrono::milliseconds timeout) = 0;
