@@ -39,6 +39,17 @@ void format_outcome(const OutcomeFields& f, std::string& out) {
   append_json_escaped(out, f.to);
   out += "\",\"amount\":";
   out += std::to_string(f.amount);
+  out += ",\"currency\":";
+  if (f.currency.empty()) {
+    out += "null";
+  } else {
+    out += '"';
+    append_json_escaped(out, f.currency);
+    out += '"';
+  }
+  // Validated on the way in as one JSON object of at most 4 KiB.
+  out += ",\"metadata\":";
+  out += f.metadata.empty() ? std::string_view("null") : f.metadata;
   out += ",\"finished_at\":\"";
   append_utc_timestamp(f.finished_at_ms, out);
   out += "\"}";

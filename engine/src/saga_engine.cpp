@@ -12,6 +12,8 @@ void SagaItem::assign(const TransferDoc& doc) {
   source = doc.source;
   destination = doc.destination;
   currency = doc.currency;
+  requested_currency = doc.currency;
+  metadata = doc.metadata;
   amount = doc.amount;
   epoch = doc.epoch;
   requested_at_ms = doc.requested_at_ms;

@@ -111,10 +111,11 @@ TEST_F(WorkerTest, EveryOutcomePathAndDeadLetters) {
            {"a2", request("t-dup", "a2", "a1", 7)},
            {"a1", request("t-ok", "a1", "a2", 999)},  // same id, other payload: conflict
            {"a1", "not json"},
-           {"a1", R"({"id":"t-float","from":"a1","to":"a2","amount":1.5})"}});
+           {"a1", R"({"id":"t-float","from":"a1","to":"a2","amount":1.5})"},
+           {"a2", R"({"id":"t-echo","from":"a2","to":"a1","amount":5,"currency":"EUR","metadata":{"ref":"inv 7","n":[1,null]}})"}});
 
-  auto out = outcomes(5, 60s);
-  ASSERT_EQ(out.size(), 5u);
+  auto out = outcomes(6, 60s);
+  ASSERT_EQ(out.size(), 6u);
   auto state_of = [&](const std::string& id) {
     const json& j = out.at(id).front();
     return j.at("state").get<std::string>() + "/" + (j.at("reason").is_null() ? "null" : j.at("reason").get<std::string>());
@@ -125,6 +126,11 @@ TEST_F(WorkerTest, EveryOutcomePathAndDeadLetters) {
   EXPECT_EQ(state_of("t-locked"), "canceled/account_locked");
   EXPECT_EQ(state_of("t-dup"), "done/null");
   EXPECT_EQ(out.at("t-ok").front().at("amount"), 100);  // the first payload stands
+  // The request's currency and metadata come back; null when it had none.
+  EXPECT_EQ(out.at("t-echo").front().at("currency"), "EUR");
+  EXPECT_EQ(out.at("t-echo").front().at("metadata"), json::parse(R"({"ref":"inv 7","n":[1,null]})"));
+  EXPECT_TRUE(out.at("t-ok").front().at("currency").is_null());
+  EXPECT_TRUE(out.at("t-ok").front().at("metadata").is_null());
   // finished_at is the time the store wrote the terminal state, so an outcome
   // republished later from the store is the same message.
   for (const auto& [id, msgs] : out) {
@@ -134,9 +140,10 @@ TEST_F(WorkerTest, EveryOutcomePathAndDeadLetters) {
     EXPECT_EQ(utc_ms(msgs.front().at("finished_at").get<std::string>()), doc->finished_at_ms) << id;
   }
 
-  // a1: -100 (t-ok) +7 (t-dup once); t-unknown's debit reversed; a2: +100 -7.
-  EXPECT_EQ(balance("a1"), 907);
-  EXPECT_EQ(balance("a2"), 1093);
+  // a1: -100 (t-ok) +7 (t-dup once) +5 (t-echo); t-unknown's debit
+  // reversed; a2: +100 -7 -5.
+  EXPECT_EQ(balance("a1"), 912);
+  EXPECT_EQ(balance("a2"), 1088);
   EXPECT_EQ(balance("a3"), 10);
   EXPECT_EQ(balance("a4"), 1000);
   std::vector<Posting> postings;
@@ -177,7 +184,7 @@ TEST_F(WorkerTest, EveryOutcomePathAndDeadLetters) {
   RunResult sent = run({"/usr/bin/kcat", "-b", broker_->bootstrap(), "-P", "-t", "transfers.requests",
                         "-K", "|", "-l", by_hand.string()});
   ASSERT_EQ(sent.exit_code, 0) << sent.output;
-  auto with_kcat = outcomes(6, 30s);
+  auto with_kcat = outcomes(7, 30s);
   ASSERT_TRUE(with_kcat.count("t-kcat")) << "no outcome for the kcat transfer";
   EXPECT_EQ(with_kcat.at("t-kcat").front().at("state"), "done");
   EXPECT_EQ(balance("a3"), 13);

@@ -1139,7 +1139,8 @@ void World::final_checks() {
     // Exactly one outcome: published at least once, every copy the same, and
     // the same as the ledger's.
     std::string expected;
-    format_outcome({d->id, d->state, d->reason, d->source, d->destination, d->amount, d->finished_at_ms}, expected);
+    format_outcome({d->id, d->state, d->reason, d->source, d->destination, d->amount, d->finished_at_ms,
+                    d->currency, d->metadata}, expected);
     const auto pub = published.find(r.id);
     if (pub == published.end()) {
       fail("transfer " + r.id + " finished " + std::string(to_string(d->state)) + " but no outcome was published");

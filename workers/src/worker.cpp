@@ -230,6 +230,8 @@ Status Worker::write_batch() {
     it.source.assign(r.from);
     it.destination.assign(r.to);
     it.currency.assign(r.currency);
+    it.requested_currency.assign(r.currency);
+    it.metadata.assign(r.metadata);
     it.amount = r.amount;
     it.epoch = 1;
     it.requested_at_ms = new_[i].requested_at_ms;
@@ -257,7 +259,8 @@ void Worker::publish_finished(bool count_finished) {
       probe_.on_finished(it.state, it.reason,
                          it.requested_at_ms > 0 ? static_cast<double>(now - it.requested_at_ms) / 1000.0 : -1.0);
     }
-    publish_outcome({it.id, it.state, it.reason, it.source, it.destination, it.amount, it.finished_at_ms});
+    publish_outcome({it.id, it.state, it.reason, it.source, it.destination, it.amount, it.finished_at_ms,
+                     it.requested_currency, it.metadata});
   }
   probe_.on_stage("publish", clock_.now() - started);
 }
@@ -484,7 +487,8 @@ Status Worker::recover() {
     for (const TransferDoc& d : claimed_) {
       probe_.on_recovered(d.state);
       if (is_terminal(d.state)) {
-        publish_outcome({d.id, d.state, d.reason, d.source, d.destination, d.amount, d.finished_at_ms});
+        publish_outcome({d.id, d.state, d.reason, d.source, d.destination, d.amount, d.finished_at_ms,
+                         d.currency, d.metadata});
       } else {
         items_.emplace_back().assign(d);
       }

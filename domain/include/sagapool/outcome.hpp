@@ -16,6 +16,9 @@ struct OutcomeFields {
   std::string_view to;
   std::int64_t amount = 0;
   std::int64_t finished_at_ms = 0;
+  // Echoed from the request, so callers need not keep it: empty when absent.
+  std::string_view currency;
+  std::string_view metadata;  // a JSON object's text, verbatim
 };
 
 // Replaces `out` with the JSON object; reuses its capacity.

@@ -47,6 +47,10 @@ struct SagaItem {
   std::string source;
   std::string destination;
   std::string currency;  // the request's, or the source account's once debited
+  // The request's own currency (empty when absent) and metadata, echoed in
+  // its outcome.
+  std::string requested_currency;
+  std::string metadata;
   std::int64_t amount = 0;
   std::int64_t epoch = 0;
   std::int64_t requested_at_ms = 0;
