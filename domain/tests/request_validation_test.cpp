@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <iterator>
 #include <ostream>
 #include <set>
@@ -566,6 +567,24 @@ TEST(RequestErrorCode, TableCoversTheWholeEnum) {
   const auto past_end =
       static_cast<RequestError>(static_cast<std::uint8_t>(E::metadata_too_large) + 1);
   EXPECT_EQ(error_code(past_end), "unknown");
+}
+
+// Upstream teams read the codes in docs/messages.md: each one is there, in
+// the order validation reports them, as a table row.
+TEST(RequestErrorCode, DocsMessagesListsEveryCodeInOrder) {
+  std::ifstream in(std::string(SAGA_SOURCE_DIR) + "/docs/messages.md");
+  ASSERT_TRUE(in) << "docs/messages.md not found";
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t last = 0;
+  for (const Named& n : kAllErrors) {
+    if (n.e == E::ok) continue;
+    const RequestError e = n.e;
+    const std::string row = "| `" + std::string(error_code(e)) + "` |";
+    const std::size_t at = doc.find(row);
+    ASSERT_NE(at, std::string::npos) << "docs/messages.md has no row for " << error_code(e);
+    EXPECT_GT(at, last) << error_code(e) << " is out of order in docs/messages.md";
+    last = at;
+  }
 }
 
 TEST(RequestErrorCode, ExampleFromTheContract) {
