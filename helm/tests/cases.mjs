@@ -122,7 +122,17 @@ export const cases = {
 
   "prometheus-operator": {
     values: ["prometheus-operator.yaml"],
+    runbookBaseUrl: "https://wiki.example.com/payments/sagapool/runbooks",
     checks(objs, name) {
+      check(`${name}: every alert's runbook_url points at metrics.prometheusRule.runbookBaseUrl`, () => {
+        const pr = byKind(objs, "PrometheusRule").find((p) => p.metadata.name.endsWith("-alerts"));
+        const alerts = pr.spec.groups.flatMap((g) => g.rules).filter((r) => r.alert);
+        assert(alerts.length > 0, "no alerts");
+        for (const a of alerts) {
+          assertEqual(a.annotations.runbook_url,
+            `https://wiki.example.com/payments/sagapool/runbooks#${a.alert.toLowerCase()}`, `${a.alert} runbook_url`);
+        }
+      });
       check(`${name}: ServiceMonitor, both PrometheusRules, the dashboards and the NetworkPolicy`, () => {
         expectKinds(objs, ["ServiceMonitor", "PrometheusRule", "NetworkPolicy"], []);
         assertEqual(byKind(objs, "PrometheusRule").map((p) => p.metadata.annotations["sagapool.io/source"]).sort(),
@@ -133,9 +143,13 @@ export const cases = {
         const sm = one(objs, "ServiceMonitor");
         assertEqual(sm.spec.namespaceSelector.matchNames, ["payments"], "ServiceMonitor namespace");
         assertEqual(sm.spec.endpoints[0].interval, "15s", "scrape interval");
-        // The alert and recording rules select job="saga-worker".
+        // The alert and recording rules select job="saga-worker"; the
+        // dashboard's release variable reads `release`.
         assertEqual(sm.spec.endpoints[0].relabelings[0], { targetLabel: "job", replacement: "saga-worker" },
           "job relabeling");
+        assertEqual(sm.spec.endpoints[0].relabelings[1],
+          { sourceLabels: ["__meta_kubernetes_service_label_app_kubernetes_io_instance"], targetLabel: "release" },
+          "release relabeling");
         const cm = byKind(objs, "ConfigMap").find((c) => c.metadata.name.endsWith("-dashboards"));
         assert(cm, "no dashboards ConfigMap");
         assertEqual([cm.metadata.namespace, cm.metadata.labels.grafana_dashboard, cm.metadata.annotations.grafana_folder],

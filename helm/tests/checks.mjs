@@ -18,7 +18,7 @@ const standardLabels = [
 // Things in a rendering that must never be secret: everything but Secrets.
 const notSecret = (objs) => objs.filter((o) => o.kind !== "Secret");
 
-export function commonChecks(name, objs, { secrets = [] } = {}) {
+export function commonChecks(name, objs, { secrets = [], runbookBaseUrl = "" } = {}) {
   const label = (s) => `${name}: ${s}`;
 
   check(label(`${objs.length} objects, each valid against its Kubernetes API schema (unknown fields refused)`), () => {
@@ -212,7 +212,7 @@ export function commonChecks(name, objs, { secrets = [] } = {}) {
 
   for (const pr of byKind(objs, "PrometheusRule")) {
     check(label(`PrometheusRule ${pr.metadata.name} is exactly ${pr.metadata.annotations["sagapool.io/source"]}`), () => {
-      rulesIdentical(pr);
+      rulesIdentical(pr, runbookBaseUrl);
     });
   }
   for (const cm of byKind(objs, "ConfigMap").filter((c) => c.metadata.name.endsWith("-dashboards"))) {
@@ -222,12 +222,14 @@ export function commonChecks(name, objs, { secrets = [] } = {}) {
 
 // The file a PrometheusRule came from, as the chart sees it (the symlink
 // into monitoring/, or the stand-in while monitoring/ is not there).
-export function rulesIdentical(pr) {
+export function rulesIdentical(pr, runbookBaseUrl = "") {
   const source = pr.metadata.annotations?.["sagapool.io/source"] || "";
   const m = /^monitoring\/rules\/([a-z]+\.yml)$/.exec(source);
   assert(m, `PrometheusRule ${pr.metadata.name} does not name its source`);
   const file = path.join(chartDir(), "files/rules", m[1]);
-  const expected = YAML.parse(fs.readFileSync(file, "utf8"));
+  let text = fs.readFileSync(file, "utf8");
+  if (runbookBaseUrl) text = text.replaceAll("https://github.com/sagapool/sagapool/blob/main/docs/runbooks.md", runbookBaseUrl);
+  const expected = YAML.parse(text);
   assert(Array.isArray(expected?.groups) && expected.groups.length > 0, `${source} has no groups`);
   assertEqual(Object.keys(pr.spec), ["groups"], "PrometheusRule spec keys");
   assertEqual(pr.spec.groups, expected.groups, `rendered groups differ from ${source}`);

@@ -17,6 +17,7 @@ export const refusals = [
   { name: "empty brokers", values: [{ kafka: { brokers: "" } }], message: /kafka\.brokers/ },
   { name: "brokers without port", values: [{ kafka: { brokers: "kafka" } }], message: /kafka\.brokers.*pattern/i },
   { name: "SASL mechanism", values: [{ kafka: { sasl: { mechanism: "GSSAPI" } } }], message: /kafka\.sasl\.mechanism.*one of/i },
+  { name: "runbook base not a URL", values: [{ metrics: { prometheusRule: { runbookBaseUrl: "our wiki" } } }], message: /metrics\.prometheusRule\.runbookBaseUrl.*pattern/i },
   { name: "privileged metrics port", values: [{ metrics: { port: 80 } }], message: /metrics\.port.*1024/ },
   { name: "root uid", values: [{ securityContext: { runAsUser: 0 } }], message: /securityContext\.runAsUser.*1/ },
   { name: "image digest", values: [{ image: { digest: "latest" } }], message: /image\.digest.*pattern/i },

@@ -135,9 +135,22 @@ def check_dashboard(dash_path, recording_path, design_path, promtool):
     ds_var = variables.get("datasource")
     if not ds_var or ds_var.get("type") != "datasource" or ds_var.get("query") != "prometheus":
         fail(f"{dash_path}: needs a templating variable 'datasource' of type datasource, query prometheus")
+    # Links and provisioning find the dashboard by its uid; one deployment
+    # among several is picked by namespace and Helm release.
+    if not re.fullmatch(r"[a-z0-9-]{1,40}", str(dash.get("uid") or "")):
+        fail(f"{dash_path}: needs a stable uid (lower-case letters, digits, dashes)")
+    for name in ("job", "namespace", "release"):
+        if name not in variables:
+            fail(f"{dash_path}: needs a templating variable {name!r}")
+    for name in ("namespace", "release"):
+        var = variables.get(name, {})
+        if not var.get("includeAll") or var.get("allValue") != ".*":
+            fail(f"{dash_path}: variable {name!r} must allow All as .* (plain Prometheus has no such label)")
 
     exprs = []
     for where, node in walk(dash):
+        if where == "$":
+            continue  # the dashboard's own uid, checked above
         if "uid" in node and node["uid"] is not None and not is_ds_ref(node["uid"]):
             fail(f"{dash_path}: {where}.uid is hard-coded ({node['uid']!r}); use ${{datasource}}")
         if "datasource" in node:
@@ -169,6 +182,10 @@ def check_dashboard(dash_path, recording_path, design_path, promtool):
         fail(f"{dash_path}: duplicate panel ids")
 
     for where, expr in exprs:
+        if where.startswith("variable"):
+            pass
+        elif not all(m in expr for m in ('job="$job"', 'namespace=~"$namespace"', 'release=~"$release"')):
+            fail(f"{dash_path}: {where}: {expr!r} does not select $job, $namespace and $release")
         names = metric_names(expr)
         if not names:
             fail(f"{dash_path}: {where}: no metric in {expr!r}")

@@ -185,7 +185,9 @@ scrape_configs:
                 problems.append(f"prometheus exited with {proc.returncode}")
                 break
             for expr in sorted(pending):
-                q = expr.replace("$job", "saga-worker")
+                # namespace and release as Grafana's All sends them: this
+                # Prometheus has neither label, as plain Prometheus has not.
+                q = expr.replace("$job", "saga-worker").replace("$namespace", ".*").replace("$release", ".*")
                 try:
                     res = get(f"{base}/api/v1/query?query={urllib.parse.quote(q)}")
                 except OSError:
