@@ -584,6 +584,32 @@ TEST_F(SagactlTest, TransferShowCancelRetryAndStuck) {
           "origin        transfers.requests partition 3 offset 42", "postings      2", "history",
           "requested (Kafka timestamp)", "created (state initial, epoch 1)",
           "debit posted on alice: -300", "credit posted on bob: +300", "finished: done"});
+  // The same as one JSON object, for scripts.
+  r = ctl({"transfer", "show", "t-done", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  {
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j.at("id"), "t-done");
+    EXPECT_EQ(j.at("state"), "done");
+    EXPECT_TRUE(j.at("reason").is_null());
+    EXPECT_EQ(j.at("from"), "alice");
+    EXPECT_EQ(j.at("amount"), 300);
+    EXPECT_EQ(j.at("epoch"), 1);
+    EXPECT_EQ(j.at("origin").at("offset"), 42);
+    ASSERT_EQ(j.at("postings").size(), 2u);
+    EXPECT_EQ(j.at("postings")[0].at("amount").get<long long>() + j.at("postings")[1].at("amount").get<long long>(), 0);
+  }
+  r = ctl({"accounts", "show", "alice", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  {
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j.at("balance"), 700);
+    EXPECT_TRUE(j.at("currency").is_null());
+    EXPECT_EQ(j.at("locked"), false);
+    ASSERT_EQ(j.at("postings").size(), 1u);
+    EXPECT_EQ(j.at("postings")[0].at("amount"), -300);
+    EXPECT_EQ(j.at("postings")[0].at("transfer_id"), "t-done");
+  }
   r = ctl({"cancel", "t-done"});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_EQ(count_lines(r.output), 1u) << r.output;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "json_writer.hpp"
 #include "sagapool/request.hpp"
 
 namespace sagapool::ctl {
@@ -53,7 +54,33 @@ int create_account(Ledger& ledger, const CreateArgs& args) {
   return kExitOk;
 }
 
-int show_account(Ledger& ledger, const std::string& id) {
+void print_account_json(const Account& a, const std::string& placed, const std::vector<std::string>& pending,
+                        const std::vector<Posting>& postings) {
+  JsonWriter j;
+  j.object()
+      .string("id", a.id)
+      .string("placed_on", placed)
+      .number("balance", a.balance)
+      .number("reserved", a.reserved)
+      .number("opening_balance", a.opening_balance)
+      .number("min_balance", a.min_balance)
+      .string_or_null("currency", a.currency)
+      .boolean("locked", a.locked)
+      .array("pending");
+  for (const std::string& t : pending) j.string({}, t);
+  j.end().array("postings");  // the last ones, newest first
+  for (const Posting& p : postings) {
+    j.object()
+        .time("at", p.at_ms)
+        .string("kind", to_string(p.kind))
+        .number("amount", signed_amount(p.kind, p.amount))
+        .string("transfer_id", p.transfer_id)
+        .end();
+  }
+  std::cout << j.end().end().text() << '\n';
+}
+
+int show_account(Ledger& ledger, const std::string& id, bool json) {
   const std::size_t shard = ledger.shard_index(id);
   OperatorStore& store = ledger.shard(shard);
   std::optional<Account> a;
@@ -63,6 +90,10 @@ int show_account(Ledger& ledger, const std::string& id) {
   if (Status s = store.pending_for_account(id, pending); !s) return fail(s);
   std::vector<Posting> postings;
   if (Status s = store.postings_for_account(id, kShownPostings, postings); !s) return fail(s);
+  if (json) {
+    print_account_json(*a, describe_shard(ledger, shard), pending, postings);
+    return kExitOk;
+  }
 
   std::cout << "account      " << a->id << '\n'
             << "placed on    " << describe_shard(ledger, shard) << '\n'
@@ -134,11 +165,13 @@ void add_account_commands(CLI::App& app, Action& action) {
   });
 
   auto show_id = std::make_shared<std::string>();
+  auto show_json = std::make_shared<bool>(false);
   CLI::App* show = accounts->add_subcommand(
       "show", "balance, limits, pending transfers and the last postings of an account");
   show->add_option("ID", *show_id, "account id")->required();
-  show->callback([&action, show_id] {
-    action = {true, [show_id](Ledger& ledger) { return show_account(ledger, *show_id); }};
+  show->add_flag("--json", *show_json, "print it as one JSON object");
+  show->callback([&action, show_id, show_json] {
+    action = {true, [show_id, show_json](Ledger& ledger) { return show_account(ledger, *show_id, *show_json); }};
   });
 
   for (const bool locked : {true, false}) {

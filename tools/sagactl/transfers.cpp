@@ -8,7 +8,7 @@
 
 #include "commands.hpp"
 #include "sagapool/config.hpp"
-#include "sagapool/json_text.hpp"
+#include "json_writer.hpp"
 #include "sagapool/operator_actions.hpp"
 
 namespace sagapool::ctl {
@@ -73,7 +73,48 @@ std::vector<Event> history(const TransferDoc& d, const std::vector<Posting>& pos
   return ev;
 }
 
-int show_transfer(Ledger& ledger, const std::string& id) {
+void print_transfer_json(const TransferDoc& d, const std::vector<Posting>& postings) {
+  JsonWriter j;
+  j.object()
+      .string("id", d.id)
+      .string("state", to_string(d.state))
+      .string_or_null("reason", d.reason == Reason::none ? std::string_view() : to_string(d.reason))
+      .string("from", d.source)
+      .string("to", d.destination)
+      .number("amount", d.amount)
+      .string_or_null("currency", d.currency)
+      .raw("metadata", d.metadata.empty() ? std::string_view("null") : std::string_view(d.metadata))
+      .string("owner", d.owner)
+      .number("epoch", d.epoch)
+      .time("lease_until", d.lease_until_ms)
+      .number("attempts", d.attempts)
+      .time("created_at", d.created_at_ms)
+      .time("requested_at", d.requested_at_ms)
+      .time("last_modified_at", d.last_modified_ms)
+      .time("finished_at", d.finished_at_ms)
+      .raw("published", is_terminal(d.state) ? (d.notified ? "true" : "false") : "null");
+  if (d.origin.topic.empty()) {
+    j.raw("origin", "null");
+  } else {
+    j.object("origin")
+        .string("topic", d.origin.topic)
+        .number("partition", d.origin.partition)
+        .number("offset", d.origin.offset)
+        .end();
+  }
+  j.array("postings");
+  for (const Posting& p : postings) {
+    j.object()
+        .time("at", p.at_ms)
+        .string("kind", to_string(p.kind))
+        .string("account", p.account_id)
+        .number("amount", signed_amount(p.kind, p.amount))
+        .end();
+  }
+  std::cout << j.end().end().text() << '\n';
+}
+
+int show_transfer(Ledger& ledger, const std::string& id, bool json) {
   std::optional<TransferDoc> doc;
   if (Status s = ledger.transfers().load_transfer(id, doc); !s) return fail(s);
   if (!doc) return fail(kExitNotFound, "no transfer " + id + " on " + ledger.transfers().display_name());
@@ -81,6 +122,10 @@ int show_transfer(Ledger& ledger, const std::string& id) {
   if (Status s = ledger.transfers().now_ms(now); !s) return fail(s);
   std::vector<Posting> postings;
   if (Status s = transfer_postings(ledger, *doc, postings); !s) return fail(s);
+  if (json) {
+    print_transfer_json(*doc, postings);
+    return kExitOk;
+  }
 
   const TransferDoc& d = *doc;
   std::cout << "transfer      " << d.id << '\n'
@@ -132,27 +177,28 @@ struct StuckArgs {
 
 void print_stuck_json(const std::vector<TransferDoc>& docs, std::int64_t now, std::int64_t older_ms,
                       bool truncated) {
-  std::string out = "{\"older_than_ms\":" + std::to_string(older_ms) +
-                    ",\"count\":" + std::to_string(docs.size()) +
-                    ",\"truncated\":" + (truncated ? "true" : "false") + ",\"transfers\":[";
-  for (std::size_t i = 0; i < docs.size(); ++i) {
-    const TransferDoc& d = docs[i];
-    out += i ? ",{\"id\":\"" : "{\"id\":\"";
-    append_json_escaped(out, d.id);
-    out += "\",\"state\":\"" + std::string(to_string(d.state)) + "\",\"reason\":\"" +
-           std::string(to_string(d.reason)) + "\",\"age_ms\":" + std::to_string(now - d.last_modified_ms) +
-           ",\"owner\":\"";
-    append_json_escaped(out, d.owner);
-    out += "\",\"epoch\":" + std::to_string(d.epoch) + ",\"attempts\":" + std::to_string(d.attempts) +
-           ",\"lease_expired\":" + (d.lease_until_ms < now ? "true" : "false") +
-           ",\"from\":\"";
-    append_json_escaped(out, d.source);
-    out += "\",\"to\":\"";
-    append_json_escaped(out, d.destination);
-    out += "\",\"amount\":" + std::to_string(d.amount) + "}";
+  JsonWriter j;
+  j.object()
+      .number("older_than_ms", older_ms)
+      .number("count", static_cast<std::int64_t>(docs.size()))
+      .boolean("truncated", truncated)
+      .array("transfers");
+  for (const TransferDoc& d : docs) {
+    j.object()
+        .string("id", d.id)
+        .string("state", to_string(d.state))
+        .string("reason", to_string(d.reason))
+        .number("age_ms", now - d.last_modified_ms)
+        .string("owner", d.owner)
+        .number("epoch", d.epoch)
+        .number("attempts", d.attempts)
+        .boolean("lease_expired", d.lease_until_ms < now)
+        .string("from", d.source)
+        .string("to", d.destination)
+        .number("amount", d.amount)
+        .end();
   }
-  out += "]}";
-  std::cout << out << '\n';
+  std::cout << j.end().end().text() << '\n';
 }
 
 int list_stuck(Ledger& ledger, const StuckArgs& args) {
@@ -218,11 +264,13 @@ void add_transfer_commands(CLI::App& app, Action& action) {
   CLI::App* transfer = app.add_subcommand("transfer", "inspect one transfer");
   transfer->require_subcommand(1);
   auto show_id = std::make_shared<std::string>();
+  auto show_json = std::make_shared<bool>(false);
   CLI::App* show = transfer->add_subcommand(
       "show", "the transfer document, its postings across both accounts' stores, and its history");
   show->add_option("ID", *show_id, "transfer id")->required();
-  show->callback([&action, show_id] {
-    action = {true, [show_id](Ledger& ledger) { return show_transfer(ledger, *show_id); }};
+  show->add_flag("--json", *show_json, "print the document and its postings as one JSON object");
+  show->callback([&action, show_id, show_json] {
+    action = {true, [show_id, show_json](Ledger& ledger) { return show_transfer(ledger, *show_id, *show_json); }};
   });
 
   auto stuck_args = std::make_shared<StuckArgs>();
