@@ -372,6 +372,30 @@ TEST_F(SagactlTest, ImportOfAGoodCsv) {
   EXPECT_EQ(ctl({"audit"}).exit_code, 0);
 }
 
+// RFC 4180: quoted fields (commas, doubled quotes and line breaks inside),
+// a byte order mark, CRLF, and blank lines at the end.
+TEST_F(SagactlTest, ImportTakesQuotedFieldsAndTrailingBlankLines) {
+  init();
+  write_file(dir_ / "quoted.csv",
+             "\xEF\xBB\xBF\"id\",\"balance\",currency\r\n"
+             "\"q-1\",\"100\",EUR\r\n"
+             "q-2,200,\"\"\r\n"
+             "\"q-3\",300,\r\n\r\n\n");
+  const RunResult r = ctl({"accounts", "import", (dir_ / "quoted.csv").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "imported 3 accounts")) << r.output;
+  EXPECT_EQ(account("q-1")->currency, "EUR");
+  EXPECT_EQ(account("q-2")->balance, 200);
+  EXPECT_EQ(account("q-3")->balance, 300);
+
+  // A quoted field spanning lines: errors after it name the right line.
+  write_file(dir_ / "multiline.csv", "id,balance\n\"q-\n4\",1\nq-5,x\n");
+  const RunResult bad = ctl({"accounts", "import", (dir_ / "multiline.csv").string()});
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_TRUE(contains(bad.output, ":2: column 1 (id): bad account id 'q-\n4'")) << bad.output;
+  EXPECT_TRUE(contains(bad.output, ":4: column 2 (balance): bad balance 'x'")) << bad.output;
+}
+
 TEST_F(SagactlTest, ImportReadsStandardInputForADash) {
   init();
   std::string sagactl = "'" + bin("sagactl").string() + "'";
@@ -407,17 +431,20 @@ TEST_F(SagactlTest, ImportOfBadCsvsLeavesNothingBehind) {
       {"no_balance_column", "id,min_balance\nx,1\n", ":1: the header has no 'balance' column"},
       {"duplicate_column", "id,balance,id\nx,1,y\n", ":1: column 'id' appears twice"},
       {"empty", "", ":1: empty file"},
-      {"bad_number", "id,balance\n" + good_rows + "x,12a\n", ":52: bad balance '12a'"},
-      {"float", "id,balance\n" + good_rows + "x,1.5\n", ":52: bad balance '1.5'"},
-      {"leading_zero", "id,balance\n" + good_rows + "x,012\n", ":52: bad balance '012'"},
-      {"too_large", "id,balance\n" + good_rows + "x,9223372036854775808\n", ":52: bad balance"},
+      {"bad_number", "id,balance\n" + good_rows + "x,12a\n", ":52: column 2 (balance): bad balance '12a'"},
+      {"float", "id,balance\n" + good_rows + "x,1.5\n", ":52: column 2 (balance): bad balance '1.5'"},
+      {"leading_zero", "id,balance\n" + good_rows + "x,012\n", ":52: column 2 (balance): bad balance '012'"},
+      {"too_large", "id,balance\n" + good_rows + "x,9223372036854775808\n", ":52: column 2 (balance): bad balance"},
       {"duplicate_id", "id,balance\n" + good_rows + "ok-3,5\n", ":52: account ok-3 repeats line 5"},
-      {"bad_id", "id,balance\n" + good_rows + "not ok,5\n", ":52: bad account id 'not ok'"},
+      {"bad_id", "id,balance\n" + good_rows + "not ok,5\n", ":52: column 1 (id): bad account id 'not ok'"},
       {"field_count", "id,balance\n" + good_rows + "x,1,2\n", ":52: 3 fields, but the header has 2"},
-      {"bad_currency", "id,balance,currency\nx,1,eur\n", ":2: bad currency 'eur'"},
-      {"bad_locked", "id,balance,locked\nx,1,maybe\n", ":2: bad locked 'maybe'"},
+      {"bad_currency", "id,balance,currency\nx,1,eur\n", ":2: column 3 (currency): bad currency 'eur'"},
+      {"bad_locked", "id,balance,locked\nx,1,maybe\n", ":2: column 3 (locked): bad locked 'maybe'"},
       {"below_min", "id,balance,min_balance\nx,1,5\n", ":2: balance 1 is below min_balance 5"},
       {"blank_line", "id,balance\n" + good_rows + "\nx,1\n", ":52: empty line"},
+      {"unclosed_quote", "id,balance\n" + good_rows + "\"x,1\n", ":52: column 1: a quoted field is never closed"},
+      {"stray_quote", "id,balance\n" + good_rows + "x\"y,1\n", ":52: column 1: a quote inside an unquoted field"},
+      {"after_quote", "id,balance\n" + good_rows + "\"x\"y,1\n", ":52: column 1: only a comma or the end"},
       {"existing_account", "id,balance\n" + good_rows + "taken,5\n",
        ":52: account taken already exists on store"},
   };
@@ -438,7 +465,7 @@ TEST_F(SagactlTest, ImportOfBadCsvsLeavesNothingBehind) {
   RunResult r = ctl({"accounts", "import", (dir_ / "many.csv").string()});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(count_lines(r.output), 11u) << r.output;
-  EXPECT_TRUE(contains(r.output, "many.csv:11: bad balance 'x'")) << r.output;
+  EXPECT_TRUE(contains(r.output, "many.csv:11: column 2 (balance): bad balance 'x'")) << r.output;
   EXPECT_FALSE(contains(r.output, "many.csv:12:")) << r.output;
   EXPECT_TRUE(contains(r.output, "15 error(s) in the file (first 10 shown); nothing was imported")) << r.output;
   EXPECT_EQ(account_count(), 1u);

@@ -43,9 +43,11 @@ struct ParsedImport {
   std::string_view what = "error";
 };
 
-// Parses a whole import file (header `id,balance` plus optional columns
-// `min_balance,currency,locked`; an optional UTF-8 byte order mark; LF or
-// CRLF): every row, every field, and ids repeated within the file. When
+// Parses a whole import file (RFC 4180 CSV: header `id,balance` plus
+// optional columns `min_balance,currency,locked`; quoted fields; an optional
+// UTF-8 byte order mark; LF or CRLF; blank lines at the end ignored): every
+// row, every field, and ids repeated within the file. Field errors name
+// their line and column. When
 // `errors.any()` afterwards, nothing may be imported.
 void parse_accounts_csv(std::string_view text, ParsedImport& out, ImportErrors& errors);
 
