@@ -164,15 +164,8 @@ void add_account_commands(CLI::App& app, Action& action) {
     action = {true, [file](Ledger& ledger) { return import_accounts(ledger, *file); }};
   });
 
-  auto show_id = std::make_shared<std::string>();
-  auto show_json = std::make_shared<bool>(false);
-  CLI::App* show = accounts->add_subcommand(
-      "show", "balance, limits, pending transfers and the last postings of an account");
-  show->add_option("ID", *show_id, "account id")->required();
-  show->add_flag("--json", *show_json, "print it as one JSON object");
-  show->callback([&action, show_id, show_json] {
-    action = {true, [show_id, show_json](Ledger& ledger) { return show_account(ledger, *show_id, *show_json); }};
-  });
+  add_show_command(*accounts, action, "balance, limits, pending transfers and the last postings of an account",
+                   "account", show_account);
 
   for (const bool locked : {true, false}) {
     auto id = std::make_shared<std::string>();

@@ -60,6 +60,11 @@ std::string format_duration_ms(std::int64_t ms);
 // "store 1 of 2 (sqlite:a.db)".
 std::string describe_shard(Ledger& ledger, std::size_t index);
 
+// `PARENT show ID [--json]`: what the account and transfer commands share.
+// `show(ledger, id, json)` runs once the line is parsed.
+void add_show_command(CLI::App& parent, Action& action, const std::string& description,
+                      const std::string& what, std::function<int(Ledger&, const std::string&, bool)> show);
+
 // "sagactl@<hostname>": the owner recorded on transfers an operator takes over.
 std::string operator_id();
 

@@ -2,6 +2,7 @@
 // times and durations as operators read them.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <array>
 #include <charconv>
 #include <cstdint>
@@ -79,6 +80,21 @@ std::string operator_id() {
     return "sagactl@unknown-host";
   }
   return "sagactl@" + std::string(host.data());
+}
+
+void add_show_command(CLI::App& parent, Action& action, const std::string& description,
+                      const std::string& what, std::function<int(Ledger&, const std::string&, bool)> show) {
+  struct Args {
+    std::string id;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = parent.add_subcommand("show", description);
+  cmd->add_option("ID", args->id, what + " id")->required();
+  cmd->add_flag("--json", args->json, "print it as one JSON object");
+  cmd->callback([&action, args, show] {
+    action = {true, [args, show](Ledger& ledger) { return show(ledger, args->id, args->json); }};
+  });
 }
 
 }  // namespace sagapool::ctl

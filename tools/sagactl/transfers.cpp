@@ -263,15 +263,9 @@ int operator_command(Ledger& ledger, const std::string& id, OperatorAction act) 
 void add_transfer_commands(CLI::App& app, Action& action) {
   CLI::App* transfer = app.add_subcommand("transfer", "inspect one transfer");
   transfer->require_subcommand(1);
-  auto show_id = std::make_shared<std::string>();
-  auto show_json = std::make_shared<bool>(false);
-  CLI::App* show = transfer->add_subcommand(
-      "show", "the transfer document, its postings across both accounts' stores, and its history");
-  show->add_option("ID", *show_id, "transfer id")->required();
-  show->add_flag("--json", *show_json, "print the document and its postings as one JSON object");
-  show->callback([&action, show_id, show_json] {
-    action = {true, [show_id, show_json](Ledger& ledger) { return show_transfer(ledger, *show_id, *show_json); }};
-  });
+  add_show_command(*transfer, action,
+                   "the transfer document, its postings across both accounts' stores, and its history",
+                   "transfer", show_transfer);
 
   auto stuck_args = std::make_shared<StuckArgs>();
   CLI::App* stuck = app.add_subcommand(
