@@ -281,6 +281,11 @@ bool Pod::running() const {
   return r.exit_code == 0 && r.output.starts_with("true");
 }
 
+int Pod::host_pid() const {
+  const RunResult r = podman_({"inspect", "--format", "{{.State.Pid}}", container_});
+  return r.exit_code == 0 && !r.output.empty() && r.output[0] != '0' ? std::stoi(r.output) : -1;
+}
+
 std::optional<int> Pod::exit_code() const {
   const RunResult r = podman_({"inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", container_});
   if (r.exit_code != 0 || !r.output.starts_with("false ")) return std::nullopt;

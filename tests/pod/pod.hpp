@@ -63,6 +63,8 @@ class Pod {
   const std::string& container() const { return container_; }
   ProbeState probes() const;
   bool running() const;
+  // The container's first process as the machine sees it (-1: none).
+  int host_pid() const;
   std::optional<int> exit_code() const;  // once it has exited
   // Waits for the container to exit; its exit code, nullopt on timeout.
   std::optional<int> wait(std::chrono::milliseconds timeout) const;

@@ -18,6 +18,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,11 +191,26 @@ class ChartPods : public ::testing::Test {
     pods_.clear();
   }
 
+  YAML::Node deployment() const {
+    const auto names = cluster_.names("Deployment");
+    if (names.size() != 1) throw std::runtime_error("the chart rendered " + std::to_string(names.size()) + " Deployments");
+    return cluster_.get("Deployment", names[0]);
+  }
+
+  // A new pod of the Deployment, named as its ReplicaSet would name it.
   Pod& start_worker() {
-    const YAML::Node deployment = cluster_.get("Deployment", "pay-sagapool-worker");
-    pods_.push_back(std::make_unique<Pod>(podman_, cluster_, "pay-sagapool-worker-" + random_hex(5),
-                                          deployment["spec"]["template"]["spec"], ports_, dir_.path()));
+    const YAML::Node d = deployment();
+    pods_.push_back(std::make_unique<Pod>(podman_, cluster_, d["metadata"]["name"].as<std::string>() + "-" + random_hex(5),
+                                          d["spec"]["template"]["spec"], ports_, dir_.path()));
     return *pods_.back();
+  }
+
+  // The worker's config file: the ConfigMap the Deployment mounts.
+  std::string worker_config() const {
+    for (const YAML::Node& v : deployment()["spec"]["template"]["spec"]["volumes"]) {
+      if (v["configMap"]) return cluster_.config_map_value(v["configMap"]["name"].as<std::string>(), "worker.toml");
+    }
+    throw std::runtime_error("the Deployment mounts no ConfigMap");
   }
 
   // Started (startup probe), then ready (readiness probe), as the kubelet sees it.
@@ -203,6 +219,40 @@ class ChartPods : public ::testing::Test {
     const ProbeState s = pod.probes();
     EXPECT_TRUE(s.started && !s.startup_failed) << pod.name() << ": the startup probe did not pass";
     EXPECT_TRUE(s.ready) << pod.name() << " did not become ready";
+  }
+
+  // The restricted securityContext as the kernel enforces it on the
+  // worker's process: user and groups, no capabilities, no new privileges,
+  // a seccomp filter, a read-only root and /tmp the only writable mount.
+  void expect_restricted(const Pod& pod) const {
+    const int pid = pod.host_pid();
+    ASSERT_GT(pid, 0) << pod.name();
+    const YAML::Node sc = deployment()["spec"]["template"]["spec"]["securityContext"];
+    const std::string uid = sc["runAsUser"].as<std::string>(), gid = sc["runAsGroup"].as<std::string>();
+    const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+    for (const std::string line : {"Uid:\t" + uid + "\t" + uid + "\t" + uid + "\t" + uid + "\n",
+                                   "Gid:\t" + gid + "\t" + gid + "\t" + gid + "\t" + gid + "\n",
+                                   "Groups:\t" + sc["fsGroup"].as<std::string>() + " \n",
+                                   std::string("CapEff:\t0000000000000000\n"), std::string("CapBnd:\t0000000000000000\n"),
+                                   std::string("NoNewPrivs:\t1\n"), std::string("Seccomp:\t2\n")}) {
+      EXPECT_NE(status.find(line), std::string::npos) << pod.name() << ": no '" << line << "' in\n" << status;
+    }
+    // mountinfo: ID PARENT DEV ROOT MOUNTPOINT OPTIONS ...
+    std::istringstream mounts(read_file("/proc/" + std::to_string(pid) + "/mountinfo"));
+    std::vector<std::string> writable;
+    bool root_read_only = false;
+    for (std::string line; std::getline(mounts, line);) {
+      std::istringstream fields(line);
+      std::string id, parent, dev, root, point, options;
+      fields >> id >> parent >> dev >> root >> point >> options;
+      if (point == "/") root_read_only = options.starts_with("ro");
+      if (options.starts_with("rw") && !point.starts_with("/proc") && !point.starts_with("/sys") &&
+          !point.starts_with("/dev")) {
+        writable.push_back(point);
+      }
+    }
+    EXPECT_TRUE(root_read_only) << pod.name();
+    EXPECT_EQ(writable, std::vector<std::string>{"/tmp"}) << pod.name() << ": writable mounts besides the kernel's";
   }
 
   static void expect_never_restarted(const Pod& pod) {
@@ -224,10 +274,9 @@ class ChartPods : public ::testing::Test {
 
 TEST_F(ChartPods, RunTheBankThroughKillsAndKubeletStops) {
   // The image the chart renders is the one ./dev image built.
-  const YAML::Node deployment = cluster_.get("Deployment", "pay-sagapool-worker");
-  const YAML::Node worker_container = deployment["spec"]["template"]["spec"]["containers"][0];
-  EXPECT_EQ(worker_container["image"].as<std::string>(), chart_image());
-  ASSERT_EQ(deployment["spec"]["replicas"].as<int>(), 2);
+  const YAML::Node workers = deployment();
+  EXPECT_EQ(workers["spec"]["template"]["spec"]["containers"][0]["image"].as<std::string>(), chart_image());
+  ASSERT_EQ(workers["spec"]["replicas"].as<int>(), 2);
 
   // 1. The schema, by the migration Job (a pre-install hook).
   const auto jobs = cluster_.names("Job");
@@ -250,6 +299,7 @@ TEST_F(ChartPods, RunTheBankThroughKillsAndKubeletStops) {
     EXPECT_NE(top.output.find("saga-worker --config /etc/sagapool/worker.toml"), std::string::npos) << top.output;
     EXPECT_EQ(std::count(top.output.begin(), top.output.end(), '\n'), 2) << "one process only:\n" << top.output;
     EXPECT_EQ(top.output.find(pg_->password()), std::string::npos) << "a password on a command line";
+    expect_restricted(*pod);
   }
 
   // 3. The store stopped: readiness fails on both (the Service stops
@@ -354,8 +404,8 @@ TEST_F(ChartPods, RunTheBankThroughKillsAndKubeletStops) {
     EXPECT_FALSE(s.killed) << pod->name();
     std::cout << pod->name() << " stopped in " << s.took.count() << " ms\n";
   }
-  const std::string toml = cluster_.config_map_value("pay-sagapool-config", "worker.toml");
-  const GroupOffsets offsets = group_offsets(kafka_->bootstrap(), toml_string(toml, "group"), "transfers.requests");
+  const GroupOffsets offsets = group_offsets(kafka_->bootstrap(), toml_string(worker_config(), "group"),
+                                             toml_string(worker_config(), "requests-topic"));
   EXPECT_EQ(offsets.committed, offsets.end) << "committed offsets short of the partitions' ends: lag left";
 
   for (const Pod* pod : {&a, &b, &c, &d}) expect_never_restarted(*pod);
