@@ -93,6 +93,9 @@ source_hash() {
   } | sha256sum | cut -d' ' -f1
 }
 
+# podman exits 1 both for a missing image and for a broken setup: check the
+# setup first, so that a broken one is not taken for missing bases.
+podman info >/dev/null || { echo "build.sh: podman does not work here (above)" >&2; exit 1; }
 make_bases
 hash=$(source_hash)
 if [ "$(podman image inspect --format '{{index .Labels "io.sagapool.source-hash"}}' "$image" 2>/dev/null)" = "$hash" ]; then
