@@ -1,13 +1,16 @@
 # sagapool image: saga-worker, saga-producer and sagactl on Debian bookworm.
 #
-#   docker build -t REGISTRY/sagapool:0.1.0 .
+#   ./dev image      (podman, offline: tools/image/build.sh)
+#   docker build -t REGISTRY/sagapool:0.1.0 --build-arg VERSION=0.1.0 \
+#     --build-arg REVISION="$(git rev-parse HEAD)" --build-arg SOURCE=URL .
 #
 # The packages mirror what ./dev installs: the build stage takes the -dev
 # packages the three programs compile against (not the test, benchmark or
 # PostgreSQL server packages), the runtime stage their runtime libraries.
 # Keep both lists in step with APT_PACKAGES in ./dev.
-# Not built in this project's CI (no container engine there); the ldd check
-# below makes a missing runtime library fail the build instead of the pod.
+# ./dev test builds it and runs the Helm chart's pods from it (tests/pod);
+# the ldd check below makes a missing runtime library fail the build
+# instead of the pod.
 
 FROM debian:bookworm AS build
 RUN apt-get update \
@@ -34,8 +37,15 @@ RUN groupadd --system --gid 10001 sagapool \
       --home-dir /nonexistent --shell /usr/sbin/nologin sagapool
 COPY --from=build /src/build/bin/saga-worker /src/build/bin/saga-producer /src/build/bin/sagactl /usr/local/bin/
 RUN ! ldd /usr/local/bin/saga-worker /usr/local/bin/saga-producer /usr/local/bin/sagactl | grep 'not found'
+# Where the image came from, for scanners and for whoever pulls it.
+ARG VERSION=unknown
+ARG REVISION=unknown
+ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="sagapool" \
-      org.opencontainers.image.description="saga-worker, saga-producer and sagactl"
+      org.opencontainers.image.description="saga-worker, saga-producer and sagactl" \
+      org.opencontainers.image.version="$VERSION" \
+      org.opencontainers.image.revision="$REVISION" \
+      org.opencontainers.image.source="$SOURCE"
 # Numeric, so Kubernetes can check runAsNonRoot without reading /etc/passwd.
 # Nothing is written outside /tmp: run with a read-only root filesystem and
 # an emptyDir on /tmp (the Helm chart does).
