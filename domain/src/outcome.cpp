@@ -55,4 +55,24 @@ void format_outcome(const OutcomeFields& f, std::string& out) {
   out += "\"}";
 }
 
+void format_rejection(const RejectionFields& f, std::string& out) {
+  out.assign("{\"id\":\"");
+  append_json_escaped(out, f.id);
+  out += "\",\"state\":\"rejected\",\"reason\":\"";
+  out += to_string(f.reason);
+  out += "\",\"error\":\"";
+  append_json_escaped(out, f.error);
+  out += "\",\"message\":\"";
+  append_json_escaped(out, f.message);
+  out += "\",\"request\":{\"topic\":\"";
+  append_json_escaped(out, f.topic);
+  out += "\",\"partition\":";
+  out += std::to_string(f.partition);
+  out += ",\"offset\":";
+  out += std::to_string(f.offset);
+  out += "},\"finished_at\":\"";
+  append_utc_timestamp(f.rejected_at_ms, out);
+  out += "\"}";
+}
+
 }  // namespace sagapool

@@ -112,6 +112,7 @@ Key classify_key(std::string_view raw) noexcept {
 struct Fields {
   std::array<std::string_view, kKnownKeys> value{};
   std::array<bool, kKnownKeys> present{};
+  std::array<bool, kKnownKeys> repeated{};
   bool unknown = false;
   bool duplicate = false;
 
@@ -123,6 +124,7 @@ struct Fields {
     const auto k = static_cast<std::size_t>(key);
     if (present[k]) {
       duplicate = true;
+      repeated[k] = true;
       return;
     }
     present[k] = true;
@@ -437,6 +439,14 @@ RequestError check_fields(const Fields& f, RequestView& v) noexcept {
   return RequestError::ok;
 }
 
+// Every rule after the JSON structure, in the documented order.
+RequestError check_request(const Fields& f, RequestView& v) noexcept {
+  if (f.unknown) return RequestError::unknown_key;
+  if (f.duplicate) return RequestError::duplicate_key;
+  if (const RequestError e = check_missing(f); e != RequestError::ok) return e;
+  return check_fields(f, v);
+}
+
 struct Description {
   std::string_view code;
   std::string_view message;
@@ -518,13 +528,15 @@ RequestError parse_request(std::string_view bytes, RequestView& out) noexcept {
   if (!is_utf8(bytes)) return RequestError::not_utf8;
   Fields fields;
   if (const RequestError e = Scanner(bytes).request(fields); e != RequestError::ok) return e;
-  if (fields.unknown) return RequestError::unknown_key;
-  if (fields.duplicate) return RequestError::duplicate_key;
-  if (const RequestError e = check_missing(fields); e != RequestError::ok) return e;
   RequestView view;
-  if (const RequestError e = check_fields(fields, view); e != RequestError::ok) return e;
-  out = view;
-  return RequestError::ok;
+  const RequestError e = check_request(fields, view);
+  if (e == RequestError::ok) {
+    out = view;
+  } else if (fields.has(Key::id) && !fields.repeated[static_cast<std::size_t>(Key::id)]) {
+    // Still answerable: one literal, valid id in a well-formed object.
+    check_identifier(fields.raw(Key::id), kMaxIdLength, RequestError::bad_id, out.id);
+  }
+  return e;
 }
 
 // Stored with every transfer: changing this layout turns every later

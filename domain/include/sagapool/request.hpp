@@ -70,7 +70,10 @@ struct RequestView {
 // structure (malformed_json / too_deep / not_object / trailing_data, the
 // first in byte order), keys (unknown_key before duplicate_key; a key with
 // an escape is unknown), missing keys (id, from, to, amount), then field
-// rules in enum order. `out` is reset first and filled only on `ok`.
+// rules in enum order. `out` is reset first and filled only on `ok`, but
+// for `out.id`: an invalid request whose id can still be read (the JSON
+// object is well-formed and holds one literal "id" that passes its rule)
+// keeps it there, so that the request can be answered (`rejected`).
 [[nodiscard]] RequestError parse_request(std::string_view bytes, RequestView& out) noexcept;
 
 // Stable 64-bit hash over the fields that define a transfer's payload
