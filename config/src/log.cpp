@@ -27,6 +27,44 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
   }
 };
 
+// The fields of the log_event call being formatted. The loggers are
+// synchronous, so the formatter runs on the calling thread, inside the call.
+thread_local const std::initializer_list<LogField>* t_fields = nullptr;
+
+class FieldsFlag final : public spdlog::custom_flag_formatter {
+ public:
+  explicit FieldsFlag(bool json) : json_(json) {}
+  void format(const spdlog::details::log_msg&, const std::tm&, spdlog::memory_buf_t& dest) override {
+    if (t_fields == nullptr) return;
+    std::string out;
+    for (const LogField& f : *t_fields) {
+      if (json_) {
+        out += ",\"";
+        append_json_escaped(out, f.key);
+        out += "\":";
+      } else {
+        out += ' ';
+        out += f.key;
+        out += '=';
+      }
+      if (f.is_number) {
+        out += std::to_string(f.number);
+      } else if (json_ || f.text.empty() || f.text.find_first_of(" \"=") != std::string_view::npos) {
+        out += '"';
+        append_json_escaped(out, f.text);
+        out += '"';
+      } else {
+        out += f.text;
+      }
+    }
+    dest.append(out.data(), out.data() + out.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<FieldsFlag>(json_); }
+
+ private:
+  bool json_;
+};
+
 spdlog::level::level_enum g_level = spdlog::level::info;
 
 std::optional<spdlog::level::level_enum> parse_level(std::string_view name) noexcept {
@@ -67,14 +105,7 @@ std::optional<LogFormat> parse_log_format(std::string_view s) noexcept {
 namespace {
 
 void install(std::shared_ptr<spdlog::logger> logger, LogFormat format) {
-  if (format == LogFormat::json) {
-    auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
-    formatter->add_flag<JsonMessageFlag>('*').set_pattern(
-        R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","logger":"%n","msg":"%*"})");
-    logger->set_formatter(std::move(formatter));
-  } else {
-    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %^%-5l%$ %n: %v", spdlog::pattern_time_type::utc);
-  }
+  logger->set_formatter(make_log_formatter(format));
   logger->set_level(g_level);
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(std::move(logger));
@@ -82,6 +113,23 @@ void install(std::shared_ptr<spdlog::logger> logger, LogFormat format) {
 }
 
 }  // namespace
+
+std::unique_ptr<spdlog::formatter> make_log_formatter(LogFormat format) {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+  const bool json = format == LogFormat::json;
+  formatter->add_flag<JsonMessageFlag>('*');
+  formatter->add_flag<FieldsFlag>('&', json);
+  formatter->set_pattern(json ? R"({"ts":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","logger":"%n","msg":"%*"%&})"
+                              : "%Y-%m-%dT%H:%M:%S.%eZ %^%-5l%$ %n: %v%&");
+  return formatter;
+}
+
+void log_event(spdlog::level::level_enum level, std::string_view message,
+               std::initializer_list<LogField> fields) {
+  t_fields = &fields;
+  spdlog::log(level, "{}", message);
+  t_fields = nullptr;
+}
 
 void init_logging(std::string_view program, LogFormat format) {
   install(spdlog::stdout_logger_mt(std::string(program)), format);

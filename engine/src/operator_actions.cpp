@@ -1,5 +1,7 @@
 #include "sagapool/operator_actions.hpp"
 
+#include "sagapool/log.hpp"
+
 namespace sagapool {
 namespace {
 
@@ -38,10 +40,29 @@ Status load(Ledger& ledger, std::string_view id, std::optional<TransferDoc>& doc
   return Status::ok();
 }
 
-}  // namespace
+std::string_view result_name(ActionResult r) {
+  switch (r) {
+    case ActionResult::done: return "done";
+    case ActionResult::refused: return "refused";
+    case ActionResult::not_found: return "not_found";
+    case ActionResult::preempted: return "preempted";
+  }
+  return "unknown";
+}
 
-Status cancel_transfer(Ledger& ledger, std::string_view id, std::string_view operator_id,
-                       SagaObserver& observer, ActionOutcome& out) {
+// An action that changed something, or failed on the way, leaves a line an
+// operator finds by transfer id; a refusal changed nothing and only answers.
+Status logged(std::string_view action, std::string_view id, std::string_view operator_id,
+              const ActionOutcome& out, Status s) {
+  if (s && (out.result == ActionResult::refused || out.result == ActionResult::not_found)) return s;
+  log_event(s ? spdlog::level::info : spdlog::level::warn, s ? out.message : s.message(),
+            {{"action", action}, {"transfer_id", id}, {"operator", operator_id},
+             {"result", s ? result_name(out.result) : std::string_view("error")}, {"state", to_string(out.state)}});
+  return s;
+}
+
+Status cancel(Ledger& ledger, std::string_view id, std::string_view operator_id,
+              SagaObserver& observer, ActionOutcome& out) {
   out = ActionOutcome{};
   std::optional<TransferDoc> doc;
   if (Status s = load(ledger, id, doc, out); !s || !doc) return s;
@@ -114,8 +135,8 @@ Status cancel_transfer(Ledger& ledger, std::string_view id, std::string_view ope
   return Status::ok();
 }
 
-Status retry_transfer(Ledger& ledger, std::string_view id, std::string_view operator_id,
-                      SagaObserver& observer, ActionOutcome& out) {
+Status retry(Ledger& ledger, std::string_view id, std::string_view operator_id,
+             SagaObserver& observer, ActionOutcome& out) {
   out = ActionOutcome{};
   std::optional<TransferDoc> doc;
   if (Status s = load(ledger, id, doc, out); !s || !doc) return s;
@@ -135,6 +156,18 @@ Status retry_transfer(Ledger& ledger, std::string_view id, std::string_view oper
   out.message = "transfer " + items[0].id + " is now " + std::string(to_string(items[0].state)) +
                 (items[0].reason != Reason::none ? " (reason " + std::string(to_string(items[0].reason)) + ")" : "");
   return Status::ok();
+}
+
+}  // namespace
+
+Status cancel_transfer(Ledger& ledger, std::string_view id, std::string_view operator_id,
+                       SagaObserver& observer, ActionOutcome& out) {
+  return logged("cancel", id, operator_id, out, cancel(ledger, id, operator_id, observer, out));
+}
+
+Status retry_transfer(Ledger& ledger, std::string_view id, std::string_view operator_id,
+                      SagaObserver& observer, ActionOutcome& out) {
+  return logged("retry", id, operator_id, out, retry(ledger, id, operator_id, observer, out));
 }
 
 }  // namespace sagapool

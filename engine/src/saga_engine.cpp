@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "sagapool/failpoints.hpp"
+#include "sagapool/log.hpp"
 
 namespace sagapool {
 
@@ -523,6 +524,11 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
       continue;
     }
     ++counts[static_cast<std::size_t>(it.state)][static_cast<std::size_t>(transitions_[k].to)];
+    if (transitions_[k].to == TransferState::canceling) {
+      log_event(spdlog::level::info, "compensating: a leg was refused",
+                {{"transfer_id", it.id}, {"reason", to_string(transitions_[k].reason)},
+                 {"from_state", to_string(it.state)}, {"worker", options_.owner}});
+    }
     if (transitions_[k].to == TransferState::canceled) observer_->on_compensation(transitions_[k].reason);
     it.state = transitions_[k].to;
     it.reason = transitions_[k].reason;

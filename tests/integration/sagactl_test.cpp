@@ -675,6 +675,9 @@ TEST_F(SagactlTest, TransferShowCancelRetryAndStuck) {
   r = ctl({"cancel", "t-stuck"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "canceled")) << r.output;
+  // The log line an operator finds by transfer id (stderr, with fields).
+  EXPECT_TRUE(contains(r.output, "action=cancel transfer_id=t-stuck operator=sagactl@" + hostname() +
+                                     " result=done state=canceled")) << r.output;
   TransferDoc d = transfer("t-stuck");
   EXPECT_EQ(d.state, TransferState::canceled);
   EXPECT_EQ(d.reason, Reason::canceled_by_operator);
