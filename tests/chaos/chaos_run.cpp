@@ -29,6 +29,7 @@
 #include "process.hpp"
 #include "sagapool/kafka.hpp"
 #include "sagapool/ledger.hpp"
+#include "sagapool/request.hpp"
 #include "store_reader.hpp"
 #include "workload.hpp"
 
@@ -101,6 +102,7 @@ struct Figures {
   std::uint64_t reads_unanswered = 0;
   std::uint64_t unexpected_exits = 0;
   std::uint64_t outcome_messages = 0;
+  std::uint64_t rejected_outcomes = 0;  // answers to invalid requests, repeats included
   std::map<std::string, std::uint64_t> outcomes;  // "done", "canceled/<reason>"
   std::uint64_t dead_letters = 0;
   std::int64_t settle_ms = 0;
@@ -558,9 +560,17 @@ bool ChaosRun::settle() {
 
 void ChaosRun::check_outcomes() {
   std::map<std::string, const PlannedRequest*> valid;
+  std::map<std::string, std::string> answerable;  // invalid, id readable -> its saga.error code
   for (const PlannedRequest& r : workload_.requests) {
-    if (r.kind != PlannedRequest::Kind::invalid) valid[r.id] = &r;
+    if (r.kind != PlannedRequest::Kind::invalid) {
+      valid[r.id] = &r;
+      continue;
+    }
+    RequestView v;
+    const RequestError e = parse_request(r.bytes, v);
+    if (!v.id.empty()) answerable[std::string(v.id)] = error_code(e);
   }
+  std::set<std::string> rejected;
   std::map<std::string, json> first;  // id -> the first outcome seen
   std::size_t listed = 0;
   auto problem = [&](const std::string& what) {
@@ -570,7 +580,7 @@ void ChaosRun::check_outcomes() {
   for (int i = 0; i < o_.accounts; ++i) expected[account_id(i)] = kOpening;
   for (const std::string& id : created_) expected[id] = kOpening;
   for (const test::Record& r :
-       test::consume(bootstrap_, "transfers.results", workload_.valid, 60s, 3s)) {
+       test::consume(bootstrap_, "transfers.results", workload_.valid + answerable.size(), 60s, 3s)) {
     ++f_.outcome_messages;
     json j = json::parse(r.value, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("id")) {
@@ -579,6 +589,16 @@ void ChaosRun::check_outcomes() {
     }
     const std::string id = j["id"].get<std::string>();
     if (r.key != id) problem("outcome for " + id + " keyed " + r.key);
+    if (j.value("state", "") == "rejected") {
+      // The answer to an invalid request; repeats carry another finished_at.
+      ++f_.rejected_outcomes;
+      const auto want = answerable.find(id);
+      if (want == answerable.end() || j.value("reason", "") != "invalid" || j.value("error", "") != want->second) {
+        problem("unexpected rejected outcome: " + r.value);
+      }
+      rejected.insert(id);
+      continue;
+    }
     const auto [it, fresh] = first.emplace(id, j);
     if (!fresh) {
       // A repeat must be the same message, finished_at included: both carry
@@ -622,6 +642,9 @@ void ChaosRun::check_outcomes() {
   }
   for (const auto& [id, request] : valid) {
     if (first.count(id) == 0) problem("no outcome for " + request->bytes);
+  }
+  for (const auto& [id, code] : answerable) {
+    if (rejected.count(id) == 0) problem("no rejected outcome for the invalid request " + id + " (" + code + ")");
   }
   // Money: each balance is its opening plus what the published `done`
   // outcomes moved, so nothing was lost, applied twice or left unreported.
@@ -787,9 +810,10 @@ void ChaosRun::print_figures(const Publisher& publisher, std::int64_t elapsed_ms
             << " (named by unknown-account requests, while transfers flow)\n"
             << "  conservation reads:  " << f_.reads << " (" << non_conserved_reads_
             << " not conserved; " << f_.reads_unanswered << " unanswered)\n"
-            << "  outcomes:            " << f_.outcome_messages << " messages for " << finished
-            << " ids, " << (f_.outcome_messages - finished)
-            << " republished, each identical to the first\n"
+            << "  outcomes:            " << f_.outcome_messages - f_.rejected_outcomes << " messages for "
+            << finished << " ids, " << (f_.outcome_messages - f_.rejected_outcomes - finished)
+            << " republished, each identical to the first; " << f_.rejected_outcomes
+            << " rejected (answers to invalid requests)\n"
             << "  dead letters:        " << f_.dead_letters << " for " << workload_.invalid
             << " invalid messages\n"
             << "  worker exits not caused by the nemesis: " << f_.unexpected_exits << "\n";

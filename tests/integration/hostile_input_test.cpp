@@ -172,6 +172,34 @@ TEST_F(HostileInputTest, EveryBadMessageIsDeadLetteredWithItsReasonAndCounted) {
   EXPECT_EQ(d->state, TransferState::canceled);
   EXPECT_EQ(d->reason, Reason::insufficient_funds);
 
+  // Answered on the results topic when the id could be read (a literal,
+  // valid id in a well-formed object), pointing at the message it answers.
+  const std::map<std::string, std::string> answered = {
+      {"uk", "unknown_key"},          {"ma", "missing_amount"},     {"n63", "amount_too_large"},
+      {"nz", "amount_not_positive"},  {"n0", "amount_not_positive"}, {"ne", "amount_not_integer"},
+      {"nf", "amount_not_integer"},   {"ns", "amount_not_integer"},  {"nl", "amount_leading_zero"},
+      {"sa", "same_account"},         {"bc", "bad_currency"},        {"mo", "bad_metadata"},
+      {"ml", "metadata_too_large"}};
+  std::map<std::string, std::string> lettered;  // "partition/offset" -> saga.error
+  for (const Record& r : dead) {
+    lettered[r.headers.at("saga.source.partition") + "/" + r.headers.at("saga.source.offset")] = r.headers.at("saga.error");
+  }
+  std::map<std::string, std::string> rejected;
+  for (const Record& r : consume(broker_->bootstrap(), "transfers.results", 3 + answered.size(), 30s, 2s)) {
+    const json j = json::parse(r.value);
+    if (j.at("state") != "rejected") continue;
+    const std::string id = j.at("id").get<std::string>();
+    EXPECT_EQ(r.key, id);
+    EXPECT_EQ(j.at("reason"), "invalid") << r.value;
+    EXPECT_FALSE(j.at("message").get<std::string>().empty()) << r.value;
+    const json& at = j.at("request");
+    EXPECT_EQ(at.at("topic"), "transfers.requests");
+    const std::string where = std::to_string(at.at("partition").get<int>()) + "/" + std::to_string(at.at("offset").get<std::int64_t>());
+    EXPECT_EQ(lettered[where], j.at("error").get<std::string>()) << "the answer names its dead letter's message: " << r.value;
+    EXPECT_TRUE(rejected.emplace(id, j.at("error").get<std::string>()).second) << "answered twice: " << id;
+  }
+  EXPECT_EQ(rejected, answered);
+
   // Counted: once each, by reason.
   EXPECT_TRUE(eventually([&] { return metric("saga_dead_letters_total", R"(reason="invalid")") == static_cast<double>(invalid); }, 10s))
       << http_get_body("127.0.0.1", metrics_port_, "/metrics");
@@ -242,9 +270,22 @@ TEST_F(HostileInputTest, ReplaysChangeNothingAndAReusedIdIsRefusedAndCounted) {
   std::optional<Account> a;
   ASSERT_TRUE(ledger_->transfers().load_account("h0", a).is_ok() && a);
   EXPECT_EQ(a->balance, 1'000'000'000'000 - 250);
-  for (const Record& r : consume(broker_->bootstrap(), "transfers.results", 1, 30s)) {
-    EXPECT_EQ(json::parse(r.value).at("amount"), 250);
+  // One outcome, the first payload's; each reuse answered `rejected`.
+  std::size_t outcomes = 0;
+  std::size_t rejected = 0;
+  for (const Record& r : consume(broker_->bootstrap(), "transfers.results", 1 + others.size(), 30s, 2s)) {
+    const json j = json::parse(r.value);
+    if (j.at("state") == "rejected") {
+      ++rejected;
+      EXPECT_EQ(j.at("reason"), "conflict") << r.value;
+      EXPECT_EQ(j.at("error"), "conflict") << r.value;
+      continue;
+    }
+    ++outcomes;
+    EXPECT_EQ(j.at("amount"), 250);
   }
+  EXPECT_EQ(outcomes, 1U);
+  EXPECT_EQ(rejected, others.size());
 }
 
 // Valid traffic alone, then the same amount of valid traffic interleaved

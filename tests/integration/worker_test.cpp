@@ -48,13 +48,22 @@ class WorkerTest : public ::testing::Test {
                           dir_ / (name + ".log"), env);
   }
 
-  // Outcomes by id (every message for that id, in arrival order).
-  std::map<std::string, std::vector<json>> outcomes(std::size_t at_least, std::chrono::milliseconds timeout) {
+  // Outcomes by id (every message for that id, in arrival order); the
+  // `rejected` answers to requests that started no transfer go to
+  // `rejected` when given, and count towards `at_least` either way.
+  std::map<std::string, std::vector<json>> outcomes(std::size_t at_least, std::chrono::milliseconds timeout,
+                                                    std::map<std::string, std::vector<json>>* rejected = nullptr) {
     std::map<std::string, std::vector<json>> by_id;
     for (const Record& r : consume(broker_->bootstrap(), "transfers.results", at_least, timeout)) {
       json j = json::parse(r.value);
-      EXPECT_EQ(r.key, j.at("id").get<std::string>());
-      by_id[j.at("id").get<std::string>()].push_back(std::move(j));
+      const std::string id = j.at("id").get<std::string>();
+      EXPECT_EQ(r.key, id);
+      if (j.at("state") == "rejected") {
+        EXPECT_NE(rejected, nullptr) << "unexpected: " << r.value;
+        if (rejected != nullptr) (*rejected)[id].push_back(std::move(j));
+        continue;
+      }
+      by_id[id].push_back(std::move(j));
     }
     return by_id;
   }
@@ -114,8 +123,19 @@ TEST_F(WorkerTest, EveryOutcomePathAndDeadLetters) {
            {"a1", R"({"id":"t-float","from":"a1","to":"a2","amount":1.5})"},
            {"a2", R"({"id":"t-echo","from":"a2","to":"a1","amount":5,"currency":"EUR","metadata":{"ref":"inv 7","n":[1,null]}})"}});
 
-  auto out = outcomes(6, 60s);
+  std::map<std::string, std::vector<json>> rejected;
+  auto out = outcomes(8, 60s, &rejected);
   ASSERT_EQ(out.size(), 6u);
+  // Answers to the two requests that started nothing: the reuse of t-ok and
+  // t-float ("not json" has no id to answer). t-ok's outcome stands.
+  ASSERT_EQ(rejected.size(), 2u);
+  ASSERT_EQ(rejected["t-ok"].size(), 1u);
+  EXPECT_EQ(rejected["t-ok"].front().at("reason"), "conflict");
+  EXPECT_EQ(rejected["t-ok"].front().at("error"), "conflict");
+  ASSERT_EQ(rejected["t-float"].size(), 1u);
+  EXPECT_EQ(rejected["t-float"].front().at("reason"), "invalid");
+  EXPECT_EQ(rejected["t-float"].front().at("error"), "amount_not_integer");
+  EXPECT_EQ(out.at("t-ok").size(), 1u);
   auto state_of = [&](const std::string& id) {
     const json& j = out.at(id).front();
     return j.at("state").get<std::string>() + "/" + (j.at("reason").is_null() ? "null" : j.at("reason").get<std::string>());
@@ -184,13 +204,24 @@ TEST_F(WorkerTest, EveryOutcomePathAndDeadLetters) {
   RunResult sent = run({"/usr/bin/kcat", "-b", broker_->bootstrap(), "-P", "-t", "transfers.requests",
                         "-K", "|", "-l", by_hand.string()});
   ASSERT_EQ(sent.exit_code, 0) << sent.output;
-  auto with_kcat = outcomes(7, 30s);
+  auto with_kcat = outcomes(9, 30s, &rejected);
   ASSERT_TRUE(with_kcat.count("t-kcat")) << "no outcome for the kcat transfer";
   EXPECT_EQ(with_kcat.at("t-kcat").front().at("state"), "done");
   EXPECT_EQ(balance("a3"), 13);
 
   EXPECT_EQ(worker.stop(20s), 0) << read_file(dir_ / "w1.log");
   expect_audit_passes();
+
+  // What left the happy path is in the log under its transfer id; what went
+  // straight through is not.
+  const std::string log = read_file(dir_ / "w1.log");
+  EXPECT_NE(log.find("dead-lettered transfer_id=t-float reason=invalid error=amount_not_integer "
+                     "topic=transfers.requests partition="), std::string::npos) << log;
+  EXPECT_NE(log.find("dead-lettered transfer_id=\"\" reason=invalid error=malformed_json"), std::string::npos) << log;
+  EXPECT_NE(log.find("dead-lettered transfer_id=t-ok reason=conflict error=conflict"), std::string::npos) << log;
+  EXPECT_NE(log.find("compensating: a leg was refused transfer_id=t-unknown reason=unknown_account"),
+            std::string::npos) << log;
+  EXPECT_EQ(log.find("transfer_id=t-echo"), std::string::npos) << log;
 }
 
 // A request bigger than the dead-letter producer may send (message.max.bytes,
@@ -242,8 +273,11 @@ TEST_F(WorkerTest, AConflictWhoseDeadLetterCannotBeQueuedIsConsumedAgain) {
           {{"a1", request("t-2", "a1", "a2", 20)},
            {"a1", request("t-1", "a1", "a2", 999)},  // same id, other payload: conflict
            {"a1", request("t-3", "a1", "a2", 30)}});
-  auto out = outcomes(3, 60s);
+  std::map<std::string, std::vector<json>> rejected;
+  auto out = outcomes(4, 60s, &rejected);
   EXPECT_EQ(out.size(), 3u);
+  ASSERT_EQ(rejected["t-1"].size(), 1u) << "the conflict is answered once, on the second pass";
+  EXPECT_EQ(rejected["t-1"].front().at("error"), "conflict");
   auto dead = consume(broker_->bootstrap(), "transfers.dlq", 1, 30s, 2s);
   ASSERT_EQ(dead.size(), 1u) << read_file(dir_ / "w1.log");
   EXPECT_EQ(dead.front().headers.at("saga.error"), "conflict");

@@ -36,6 +36,8 @@
 #include "sagapool/worker.hpp"
 #include "sagapool/worker_io.hpp"
 
+#include <nlohmann/json.hpp>
+
 namespace sagapool::sim {
 
 void SimStats::add(const SimStats& other) {
@@ -95,6 +97,7 @@ struct Message {
   int request = -1;  // -1: invalid input
   int variant = -1;
   std::string invalid_code;  // the validator's code for invalid input
+  std::string readable_id;   // the id parse_request could still read from it
   std::vector<CopiedHeader> headers;  // tracing, and now and then a spoofed saga.* one
   std::int64_t timestamp_ms = 0;      // when it was produced (became visible)
   int deliveries = 0;
@@ -110,6 +113,14 @@ struct DeadLetter {
   const Message* message = nullptr;
   std::string reason;
   std::string code;
+};
+
+// A `rejected` outcome, matched to the message it answers by its position.
+struct Rejection {
+  const Message* message = nullptr;
+  std::string id;
+  std::string reason;
+  std::string error;
 };
 
 struct Partition {
@@ -179,6 +190,7 @@ class World {
   void commit_offsets(Actor& w);
   void deliver(std::string_view topic, std::string_view key, std::string_view value,
                const std::vector<CopiedHeader>& headers, std::int64_t timestamp_ms);
+  void deliver_rejection(std::string_view key, std::string_view value);
   void backoff(Actor& w, std::chrono::milliseconds d);
   bool chance(std::size_t per_mille) { return !quiet_ && rng_.per_mille(per_mille); }
   std::int64_t now() { return clock_->now_ms(); }
@@ -258,6 +270,7 @@ class World {
   // What the simulated Kafka topics received.
   std::vector<Outcome> outcomes_;
   std::vector<DeadLetter> dead_letters_;
+  std::vector<Rejection> rejections_;
   // The operator's results, to check against the final states.
   std::set<std::string> expect_canceled_;
   std::set<std::string> expect_done_;
@@ -521,6 +534,7 @@ void World::create_messages() {
     const RequestError e = parse_request(m.value, v);
     if (e == RequestError::ok) fail("catalogue input is valid: " + m.value);
     m.invalid_code = std::string(error_code(e));
+    m.readable_id = std::string(v.id);
     all.push_back(m);
   }
   for (std::size_t k = 0; k < all.size(); ++k) {
@@ -847,7 +861,11 @@ void World::backoff(Actor& w, std::chrono::milliseconds d) {
 void World::deliver(std::string_view topic, std::string_view key, std::string_view value,
                     const std::vector<CopiedHeader>& headers, std::int64_t timestamp_ms) {
   if (topic == kTopics.results_topic) {
-    outcomes_.push_back({std::string(key), std::string(value)});
+    if (value.find(R"("state":"rejected")") != std::string_view::npos) {
+      deliver_rejection(key, value);
+    } else {
+      outcomes_.push_back({std::string(key), std::string(value)});
+    }
     return;
   }
   if (topic != kTopics.dlq_topic) {
@@ -884,6 +902,23 @@ void World::deliver(std::string_view topic, std::string_view key, std::string_vi
     fail("dead letter " + ps + "/" + os + " does not carry its message's headers and timestamp");
   }
   dead_letters_.push_back({&m, header("saga.reason"), header("saga.error")});
+}
+
+void World::deliver_rejection(std::string_view key, std::string_view value) {
+  const auto j = nlohmann::json::parse(value, nullptr, false);
+  const auto request = j.is_object() ? j.value("request", nlohmann::json()) : nlohmann::json();
+  const auto p = request.is_object() ? request.value("partition", -1) : -1;
+  const auto offset = request.is_object() ? request.value("offset", std::int64_t{-1}) : -1;
+  if (!request.is_object() || request.value("topic", "") != kTopics.requests_topic || p < 0 ||
+      static_cast<std::size_t>(p) >= partitions_.size() || offset < 0 ||
+      static_cast<std::size_t>(offset) >= partitions_[static_cast<std::size_t>(p)].log.size()) {
+    fail("a rejected outcome names no message it answers: " + std::string(value));
+    return;
+  }
+  const std::string id = j.value("id", "");
+  if (id != key) fail("a rejected outcome for " + id + " is keyed " + std::string(key));
+  rejections_.push_back({&partitions_[static_cast<std::size_t>(p)].log[static_cast<std::size_t>(offset)], id,
+                         j.value("reason", ""), j.value("error", "")});
 }
 
 void World::operator_cancel(const std::string& id) {
@@ -1111,6 +1146,18 @@ void World::final_checks() {
   for (const Outcome& o : outcomes_) published[o.id].push_back(&o.json);
   std::map<const Message*, std::set<std::string>> dead;
   for (const DeadLetter& d : dead_letters_) dead[d.message].insert(d.reason + "/" + d.code);
+  // Every answer a message got, as "id reason/error"; at least once each.
+  std::map<const Message*, std::set<std::string>> answered;
+  for (const Rejection& r : rejections_) answered[r.message].insert(r.id + " " + r.reason + "/" + r.error);
+  auto expect_answer = [&](const Message& m, const std::string& answer) {
+    const auto it = answered.find(&m);
+    const std::set<std::string> want = answer.empty() ? std::set<std::string>() : std::set<std::string>{answer};
+    const std::set<std::string> got = it == answered.end() ? std::set<std::string>() : it->second;
+    if (got != want) {
+      fail("message " + std::to_string(m.partition) + "/" + std::to_string(m.offset) + " was answered " +
+           (got.empty() ? "nothing" : *got.begin()) + ", expected " + (answer.empty() ? "nothing" : answer));
+    }
+  };
   std::set<std::string> valid_ids;
 
   for (std::size_t i = 0; i < requests_.size(); ++i) {
@@ -1190,6 +1237,7 @@ void World::final_checks() {
           fail("message " + std::to_string(m.partition) + "/" + std::to_string(m.offset) + " (" + r.id +
                (conflict ? ") conflicts but was not dead-lettered" : ") was dead-lettered as a conflict"));
         }
+        expect_answer(m, conflict ? r.id + " conflict/conflict" : "");
       }
     }
   }
@@ -1212,10 +1260,12 @@ void World::final_checks() {
         fail("invalid message " + std::to_string(m.partition) + "/" + std::to_string(m.offset) +
              " was not dead-lettered with saga.error " + m.invalid_code);
       }
+      expect_answer(m, m.readable_id.empty() ? "" : m.readable_id + " invalid/" + m.invalid_code);
     }
   }
   stats_["dead letters"] += static_cast<std::int64_t>(dead_letters_.size());
   stats_["outcome messages"] += static_cast<std::int64_t>(outcomes_.size());
+  stats_["rejected outcomes"] += static_cast<std::int64_t>(rejections_.size());
 }
 
 // What the workers' probe counted (saga-worker's metrics).

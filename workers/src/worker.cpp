@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "sagapool/failpoints.hpp"
+#include "sagapool/log.hpp"
 
 namespace sagapool {
 namespace {
@@ -133,7 +134,7 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
     const RequestError e = parse_request(m.value, t.request);
     if (e != RequestError::ok) {
       probe_.on_request(RequestResult::invalid);
-      if (Status s = dead_letter(entry, m, Reason::invalid, error_code(e), error_message(e)); !s) {
+      if (Status s = dead_letter(entry, m, Reason::invalid, error_code(e), error_message(e), t.request.id); !s) {
         if (s.kind() != ErrorKind::fatal) {
           consume_again(entry, s);
           return Status::ok();
@@ -181,7 +182,9 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
     probe_.on_request(RequestResult::conflict);
     const std::string msg = "transfer id " + std::string(new_[i].request.id) +
                             " was already used with a different payload; the first one stands";
-    if (Status s = dead_letter(entry, batch_[new_message_[i]], Reason::conflict, "conflict", msg); !s) {
+    if (Status s = dead_letter(entry, batch_[new_message_[i]], Reason::conflict, "conflict", msg,
+                               new_[i].request.id);
+        !s) {
       // Never store offsets past a conflict not dead-lettered. The batch is
       // durable: consuming it again finds duplicates and the conflicts.
       if (s.kind() == ErrorKind::fatal) {
@@ -275,7 +278,7 @@ void Worker::publish_outcome(const OutcomeFields& f) {
 }
 
 Status Worker::dead_letter(PendingOffsets& entry, const ConsumedMessage& m, Reason reason,
-                           std::string_view code, std::string_view message) {
+                           std::string_view code, std::string_view message, std::string_view answer_id) {
   probe_.on_dead_letter(reason);
   DeadLetter& d = entry.dead.emplace_back();
   d.entry = &entry;
@@ -290,13 +293,53 @@ Status Worker::dead_letter(PendingOffsets& entry, const ConsumedMessage& m, Reas
   source_->headers_of(m, d.headers);
   std::erase_if(d.headers, [](const CopiedHeader& h) { return h.name.starts_with("saga."); });
   d.why.append(to_string(reason)).append(1, '\n').append(code).append(1, '\n').append(message);
+  log_event(spdlog::level::info, "dead-lettered",
+            {{"transfer_id", answer_id}, {"reason", to_string(reason)}, {"error", code},
+             {"topic", m.topic}, {"partition", std::int64_t{m.partition}}, {"offset", m.offset},
+             {"worker", options_.worker_id}});
+  if (!answer_id.empty()) {
+    d.answer_id.assign(answer_id);
+    format_rejection({answer_id, reason, code, message, m.topic, m.partition, m.offset, clock_.wall_ms()},
+                     d.answer);
+    d.answer_state = DeadLetter::State::to_send;
+  }
   return produce_dead_letter(d);
+}
+
+Status Worker::produce_dead_letter(DeadLetter& d) {
+  if (Status fp = SAGA_FAILPOINT("before_dead_letter"); !fp) return fp;
+  if (d.state == DeadLetter::State::to_send) {
+    if (Status s = produce_letter(d); !s) return s;
+  }
+  if (d.answer_state == DeadLetter::State::to_send) return produce_answer(d);
+  return Status::ok();
+}
+
+// Small (an id, a code, a sentence), so never cut; a refusal of it is final
+// like a dead letter's.
+Status Worker::produce_answer(DeadLetter& d) {
+  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  const Status s = output_->produce(options_.results_topic, d.answer_id, d.answer, {}, &d.answer_part, &err, 0);
+  if (s) {
+    d.answer_state = DeadLetter::State::queued;
+    ++d.entry->outstanding;
+    return Status::ok();
+  }
+  if (refused_for_the_message(err)) {
+    d.answer_state = DeadLetter::State::given_up;
+    probe_.on_dead_letter_undeliverable();
+    spdlog::error("the rejected outcome for {} partition {} offset {} cannot be written to {} ({}); "
+                  "going on without it, its dead letter stands", d.topic, d.partition, d.offset,
+                  options_.results_topic, rd_kafka_err2name(err));
+    return Status::ok();
+  }
+  return s;
 }
 
 // The original bytes unchanged, or cut when they are refused as too large.
 // A refusal of the message itself is final for it (give_up_dead_letter);
 // anything else is the caller's to handle.
-Status Worker::produce_dead_letter(DeadLetter& d) {
+Status Worker::produce_letter(DeadLetter& d) {
   const std::string_view why = d.why;
   const std::size_t a = why.find('\n');
   const std::size_t b = why.find('\n', a + 1);
@@ -305,7 +348,6 @@ Status Worker::produce_dead_letter(DeadLetter& d) {
   const std::string original_size = std::to_string(d.value.size());
   const std::string_view key = d.key;
   const std::string_view value = d.value;
-  if (Status fp = SAGA_FAILPOINT("before_dead_letter"); !fp) return fp;
   for (;;) {
     std::vector<MessageHeader> headers = {
         {"saga.reason", why.substr(0, a)},
@@ -327,7 +369,8 @@ Status Worker::produce_dead_letter(DeadLetter& d) {
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
     const Status s = output_->produce(
         options_.dlq_topic, d.truncated ? key.substr(0, kDeadLetterKeyKeepBytes) : key,
-        d.truncated ? value.substr(0, kDeadLetterKeepBytes) : value, headers, &d, &err, d.timestamp_ms);
+        d.truncated ? value.substr(0, kDeadLetterKeepBytes) : value, headers, &d.letter_part, &err,
+        d.timestamp_ms);
     if (s) {
       d.state = DeadLetter::State::queued;
       ++d.entry->outstanding;
@@ -389,7 +432,7 @@ Status Worker::store_ready_offsets() {
       // again: its dead letters are retried until delivered or given up.
       front.failed = false;
       for (DeadLetter& d : front.dead) {
-        if (d.state != DeadLetter::State::to_send) continue;
+        if (d.state != DeadLetter::State::to_send && d.answer_state != DeadLetter::State::to_send) continue;
         if (Status s = produce_dead_letter(d); !s) {
           if (s.kind() == ErrorKind::fatal) return s;
           spdlog::warn("dead letter not queued again: {}", s.message());
@@ -421,19 +464,12 @@ void Worker::on_delivery(const DeliveryReport& m) {
                      options_.dlq_topic + " (docs/kafka.md)";
   }
   if (m.opaque != &kOutcomeTag) {
-    auto& d = *static_cast<DeadLetter*>(m.opaque);
-    --d.entry->outstanding;
-    if (!m.err) {
-      d.state = DeadLetter::State::delivered;
-    } else if (refused_for_the_message(m.err) && d.truncated) {
-      give_up_dead_letter(d, m.err);
+    const auto& part = *static_cast<const DeadLetter::Part*>(m.opaque);
+    --part.letter->entry->outstanding;
+    if (part.answer) {
+      on_answer_delivery(*part.letter, m);
     } else {
-      // Sent again (truncated, if the broker found it too large) by
-      // store_ready_offsets once the batch's other reports are in.
-      d.truncated = d.truncated || too_large(m.err);
-      d.state = DeadLetter::State::to_send;
-      d.entry->failed = true;
-      spdlog::warn("dead letter not delivered ({}); sending it again", rd_kafka_err2name(m.err));
+      on_letter_delivery(*part.letter, m);
     }
     return;
   }
@@ -445,6 +481,42 @@ void Worker::on_delivery(const DeliveryReport& m) {
   }
   notified_ids_.append(m.key);
   notified_ends_.push_back(notified_ids_.size());
+}
+
+void Worker::on_letter_delivery(DeadLetter& d, const DeliveryReport& m) {
+  if (!m.err) {
+    d.state = DeadLetter::State::delivered;
+  } else if (refused_for_the_message(m.err) && d.truncated) {
+    give_up_dead_letter(d, m.err);
+  } else {
+    // Sent again by store_ready_offsets once the batch's other reports are
+    // in. Cut if the broker found it too large, but a letter that fits the
+    // cut size may only have shared a refused request with a large one: it
+    // goes whole once more before it is cut.
+    if (too_large(m.err) && !d.truncated) {
+      d.truncated = d.value.size() > kDeadLetterKeepBytes || d.key.size() > kDeadLetterKeyKeepBytes ||
+                    ++d.refused_whole > 1;
+    }
+    d.state = DeadLetter::State::to_send;
+    d.entry->failed = true;
+    spdlog::warn("dead letter not delivered ({}); sending it again", rd_kafka_err2name(m.err));
+  }
+}
+
+void Worker::on_answer_delivery(DeadLetter& d, const DeliveryReport& m) {
+  if (!m.err) {
+    d.answer_state = DeadLetter::State::delivered;
+  } else if (refused_for_the_message(m.err)) {
+    d.answer_state = DeadLetter::State::given_up;
+    probe_.on_dead_letter_undeliverable();
+    spdlog::error("the rejected outcome for {} partition {} offset {} was refused by {} ({}); going on "
+                  "without it, its dead letter stands", d.topic, d.partition, d.offset,
+                  options_.results_topic, rd_kafka_err2name(m.err));
+  } else {
+    d.answer_state = DeadLetter::State::to_send;  // sent again, as a dead letter is
+    d.entry->failed = true;
+    spdlog::warn("rejected outcome not delivered ({}); sending it again", rd_kafka_err2name(m.err));
+  }
 }
 
 Status Worker::mark_notified_in_store() {
@@ -486,6 +558,10 @@ Status Worker::recover() {
     items_.clear();
     for (const TransferDoc& d : claimed_) {
       probe_.on_recovered(d.state);
+      log_event(spdlog::level::info, "recovered: its lease had expired",
+                {{"transfer_id", d.id}, {"state", to_string(d.state)}, {"epoch", d.epoch},
+                 {"partition", std::int64_t{d.origin.partition}}, {"offset", d.origin.offset},
+                 {"attempts", std::int64_t{d.attempts}}, {"worker", options_.worker_id}});
       if (is_terminal(d.state)) {
         publish_outcome({d.id, d.state, d.reason, d.source, d.destination, d.amount, d.finished_at_ms,
                          d.currency, d.metadata});
@@ -493,7 +569,6 @@ Status Worker::recover() {
         items_.emplace_back().assign(d);
       }
     }
-    spdlog::info("recovery: claimed {} transfer(s) whose lease expired", claimed_.size());
     if (Status r = engine_.run(items_); !r) return r;
     publish_finished(true);
     if (claimed_.size() < options_.batch_size) break;

@@ -81,7 +81,21 @@ class Worker final : private DeliveryListener {
     std::vector<CopiedHeader> headers;  // the original's, saga.* left out
     std::string why;         // reason, code and message, '\n'-separated
     bool truncated = false;  // too large whole: sent cut (worker.cpp, kDeadLetterKeep*)
+    std::uint8_t refused_whole = 0;  // times the broker found it too large uncut
     State state = State::to_send;
+    // The `rejected` outcome answering the request on the results topic, when
+    // its id could be read (none: answer_id empty, answer_state delivered).
+    // The batch's offsets wait for it as for the dead letter.
+    std::string answer_id;
+    std::string answer;
+    State answer_state = State::delivered;
+    // What a delivery report's opaque points at: which of the two it is for.
+    struct Part {
+      DeadLetter* letter;
+      bool answer;
+    };
+    Part letter_part{this, false};
+    Part answer_part{this, true};
   };
   // A batch's offsets wait here until its dead letters are delivered, in
   // consumption order, so invalid input is never committed past unseen.
@@ -98,10 +112,16 @@ class Worker final : private DeliveryListener {
   Status recover();
   void publish_finished(bool count_finished);
   void publish_outcome(const OutcomeFields& f);
+  // Dead-letters `m`, and answers it with a `rejected` outcome when
+  // `answer_id` (the id read from it) is not empty.
   Status dead_letter(PendingOffsets& entry, const ConsumedMessage& m, Reason reason,
-                     std::string_view code, std::string_view message);
-  Status produce_dead_letter(DeadLetter& d);
+                     std::string_view code, std::string_view message, std::string_view answer_id);
+  Status produce_dead_letter(DeadLetter& d);  // what of it is still to send
+  Status produce_letter(DeadLetter& d);
+  Status produce_answer(DeadLetter& d);
   void give_up_dead_letter(DeadLetter& d, rd_kafka_resp_err_t err);
+  void on_letter_delivery(DeadLetter& d, const DeliveryReport& r);
+  void on_answer_delivery(DeadLetter& d, const DeliveryReport& r);
   void consume_again(PendingOffsets& entry, const Status& why);
   static void offsets_of(const std::vector<ConsumedMessage>& batch, std::vector<PartitionOffset>& out);
   Status store_ready_offsets();
@@ -127,6 +147,7 @@ class Worker final : private DeliveryListener {
   std::vector<SagaItem> items_;
   std::vector<TransferDoc> claimed_;
   std::string outcome_json_;
+  RequestView invalid_;  // what parse_request could read of an invalid request
   std::string notified_ids_;           // delivered outcome ids, back to back
   std::vector<std::size_t> notified_ends_;
   std::vector<std::string_view> notified_views_;
