@@ -206,7 +206,10 @@ export const cases = {
         assertEqual(envOf(objs, "SAGA_STORE_0").valueFrom.secretKeyRef, { name: "ledger-0", key: "uri" }, "store 0");
         assertEqual(envOf(objs, "STORE_1_PASSWORD").valueFrom.secretKeyRef, { name: "ledger-1-password", key: "password" }, "store 1 password");
         assertEqual(envOf(objs, "SAGA_STORE_1").value,
-          "postgresql://sagapool@ledger-1.db:5432/ledger?sslmode=verify-full&password=$(STORE_1_PASSWORD)", "store 1 URL");
+          "postgresql://sagapool@ledger-1.db:5432/ledger?sslmode=verify-full&sslrootcert=/etc/sagapool/postgres-ca/ca.crt&password=$(STORE_1_PASSWORD)",
+          "store 1 URL");
+        assertEqual(secretFileAt(deployment(objs).spec.template.spec, workerOf(objs), "/etc/sagapool/postgres-ca/ca.crt"),
+          { secret: "ledger-ca", key: "ca.crt" }, "store 1 sslrootcert");
         assertEqual(deployment(objs).spec.template.spec.serviceAccountName, "payments-workers", "existing ServiceAccount");
       });
       check(`${name}: the Kafka CA is mounted and named in the configuration`, () => {
