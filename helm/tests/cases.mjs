@@ -292,6 +292,18 @@ export const cases = {
         assertEqual(secretFileAt(spec, workerOf(objs), files["ssl.certificate.location"]), { secret: "sagapool", key: "user.crt" }, "client certificate");
         assertEqual(secretFileAt(spec, workerOf(objs), files["ssl.key.location"]), { secret: "sagapool", key: "user.key" }, "client key");
       });
+      check(`${name}: KEDA reads Kafka with the workers' CA, client certificate and key, from their Secrets`, () => {
+        const keda = render(["tls-and-egress.yaml", { kafka: { requestsPartitions: 6 }, autoscaling: { keda: { enabled: true } } }]);
+        const so = one(keda, "ScaledObject");
+        assertEqual(so.spec.triggers[0].metadata.tls, "enable", "trigger tls");
+        const ta = one(keda, "TriggerAuthentication");
+        assertEqual(so.spec.triggers[0].authenticationRef.name, ta.metadata.name, "authenticationRef");
+        assertEqual(ta.spec.secretTargetRef, [
+          { parameter: "ca", name: "my-cluster-cluster-ca-cert", key: "ca.crt" },
+          { parameter: "cert", name: "sagapool", key: "user.crt" },
+          { parameter: "key", name: "sagapool", key: "user.key" },
+        ], "TriggerAuthentication secrets");
+      });
 
       const dnsRule = {
         ports: [{ port: 53, protocol: "UDP" }, { port: 53, protocol: "TCP" }],

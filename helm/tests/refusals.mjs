@@ -176,6 +176,29 @@ export const refusals = [
     message: /stores\[0\]\.url: sslrootcert=\/etc\/pg\/ca\.crt is in none of extraVolumeMounts/,
   },
   {
+    name: "KEDA with a client certificate but no key",
+    values: [{
+      extraVolumes: [{ name: "kafka-client", secret: { secretName: "sagapool" } }],
+      extraVolumeMounts: [{ name: "kafka-client", mountPath: "/etc/sagapool/kafka-client" }],
+      kafka: { requestsPartitions: 6, options: { "ssl.certificate.location": "/etc/sagapool/kafka-client/user.crt" } },
+      autoscaling: { keda: { enabled: true } },
+    }],
+    message: /KEDA needs both kafka\.options ssl\.certificate\.location and ssl\.key\.location, and ssl\.key\.location is missing/,
+  },
+  {
+    name: "KEDA with a client certificate outside a Secret",
+    values: [{
+      extraVolumes: [{ name: "kafka-client", configMap: { name: "sagapool-certs" } }],
+      extraVolumeMounts: [{ name: "kafka-client", mountPath: "/etc/sagapool/kafka-client" }],
+      kafka: {
+        requestsPartitions: 6,
+        options: { "ssl.certificate.location": "/etc/sagapool/kafka-client/user.crt", "ssl.key.location": "/etc/sagapool/kafka-client/user.key" },
+      },
+      autoscaling: { keda: { enabled: true } },
+    }],
+    message: /KEDA reads the Kafka client certificate and key from Secrets, but kafka\.options\.ssl\.certificate\.location \(\/etc\/sagapool\/kafka-client\/user\.crt\) is no key of a secret volume/,
+  },
+  {
     name: "egress without the stores' address",
     values: [{ networkPolicy: { egress: { enabled: true, kafka: { to: [{ ipBlock: { cidr: "10.1.0.0/16" } }] } } } }],
     message: /networkPolicy\.egress\.stores\.to is empty/,

@@ -243,6 +243,37 @@ ps and /proc/PID/cmdline. Call with (dict "ctx" $ "secretName" NAME-OF-THE-CHART
 {{- end }}
 {{- end }}
 
+{{/*
+The Secret and key behind a file path in the containers, through
+extraVolumeMounts (the deepest mount wins) and the secret volumes of
+extraVolumes, as JSON {"name", "key"}; {} when no Secret holds it. Call with
+(dict "ctx" $ "path" P).
+*/}}
+{{- define "sagapool.secretFileOf" -}}
+{{- $p := .path }}
+{{- $mount := dict }}
+{{- range .ctx.Values.extraVolumeMounts }}
+{{- $m := trimSuffix "/" .mountPath }}
+{{- if and (or (eq $p $m) (hasPrefix (printf "%s/" $m) $p)) (gt (len $m) (len (default "" $mount.path))) }}
+{{- $mount = dict "path" $m "volume" .name "subPath" (default "" .subPath) }}
+{{- end }}
+{{- end }}
+{{- $out := dict }}
+{{- range .ctx.Values.extraVolumes }}
+{{- if and $mount.volume (eq .name $mount.volume) .secret }}
+{{- $rel := trimPrefix "/" (trimPrefix $mount.path $p) }}
+{{- if $mount.subPath }}{{ $rel = trimSuffix "/" (printf "%s/%s" $mount.subPath $rel) }}{{ end }}
+{{- $key := $rel }}
+{{- if .secret.items }}
+{{- $key = "" }}
+{{- range .secret.items }}{{ if eq .path $rel }}{{ $key = .key }}{{ end }}{{ end }}
+{{- end }}
+{{- if $key }}{{ $out = dict "name" .secret.secretName "key" $key }}{{ end }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
 {{/* TCP ports of the brokers for the egress policy: networkPolicy.egress.kafka.ports, or those of kafka.brokers. */}}
 {{- define "sagapool.kafkaEgressPorts" -}}
 {{- $ports := .Values.networkPolicy.egress.kafka.ports }}
@@ -452,6 +483,19 @@ always renders, so `helm template` and `helm install` both stop early.
 {{- /* percent-encoded paths are not decoded here; "system" is libpq 16's own trust store */}}
 {{- if and (ne $file "system") (not (contains "%" $file)) (not (include "sagapool.inExtraMount" (dict "ctx" $ "path" $file))) }}
 {{- fail (printf "stores[%d].url: %s=%s is in none of extraVolumeMounts: mount the certificate's Secret with extraVolumes and extraVolumeMounts (the migration Job gets them too), and point %s into that mount" $i $param $file $param) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* KEDA reads Kafka itself: it takes a client certificate and key from Secrets, both or neither. */}}
+{{- $clientFiles := list "ssl.certificate.location" "ssl.key.location" }}
+{{- if and $keda (or (hasKey $v.kafka.options "ssl.certificate.location") (hasKey $v.kafka.options "ssl.key.location")) }}
+{{- range $clientFiles }}
+{{- if not (hasKey $v.kafka.options .) }}
+{{- fail (printf "autoscaling.keda.enabled and a Kafka client certificate: KEDA needs both kafka.options ssl.certificate.location and ssl.key.location, and %s is missing" .) }}
+{{- end }}
+{{- $path := get $v.kafka.options . | toString }}
+{{- if not (include "sagapool.secretFileOf" (dict "ctx" $ "path" $path) | fromJson) }}
+{{- fail (printf "autoscaling.keda.enabled: KEDA reads the Kafka client certificate and key from Secrets, but kafka.options.%s (%s) is no key of a secret volume in extraVolumes" . $path) }}
 {{- end }}
 {{- end }}
 {{- end }}
