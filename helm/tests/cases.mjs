@@ -341,6 +341,11 @@ export const cases = {
         assertEqual(ports({ kafka: { brokers: "b-0.kafka:9093,b-1.kafka:9094,b-2.kafka:9093" } }), kafkaRule([9093, 9094]), "from kafka.brokers");
         assertEqual(ports({ networkPolicy: { egress: { kafka: { ports: [9092, 9192] } } } }), kafkaRule([9092, 9192]), "given");
       });
+      check(`${name}: an empty dns.to admits the DNS ports anywhere, and OpenShift's 5353 is taken as given`, () => {
+        const np = one(render(["tls-and-egress.yaml", { networkPolicy: { egress: { dns: { to: [], ports: [5353] } } } }]), "NetworkPolicy",
+          (p) => p.spec.policyTypes.includes("Egress") && !isHook(p));
+        assertEqual(np.spec.egress[0], { ports: [{ port: 5353, protocol: "UDP" }, { port: 5353, protocol: "TCP" }] }, "DNS rule");
+      });
       check(`${name}: egress policies only when networkPolicy.egress.enabled, the Job's only with the Job`, () => {
         assertEqual(egressPolicies(render(["tls-and-egress.yaml", { networkPolicy: { egress: { enabled: false } } }])).length, 0,
           "egress policies while disabled");
