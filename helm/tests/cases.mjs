@@ -1,7 +1,8 @@
 // The values files the chart is rendered with, and what each must produce
 // beyond the common checks.
+import path from "node:path";
 import {
-  assert, assertEqual, b64, byKind, check, one, parseWorkerToml, render, renderNotes,
+  assert, assertEqual, b64, byKind, check, one, parseWorkerToml, podLabelsOf, render, renderNotes, selects,
 } from "./lib.mjs";
 
 const kinds = (objs) => new Set(objs.map((o) => o.kind));
@@ -14,6 +15,24 @@ const deployment = (objs) => one(objs, "Deployment");
 const workerOf = (objs) => deployment(objs).spec.template.spec.containers.find((c) => c.name === "worker");
 const tomlOf = (objs) => parseWorkerToml(byKind(objs, "ConfigMap").find((c) => c.data?.["worker.toml"]).data["worker.toml"]);
 const envOf = (objs, name) => (workerOf(objs).env || []).find((e) => e.name === name);
+const job = (objs) => one(objs, "Job");
+const migrateOf = (objs) => job(objs).spec.template.spec.containers.find((c) => c.name === "migrate");
+const isHook = (o) => Boolean(o.metadata.annotations?.["helm.sh/hook"]);
+
+// The Secret key a file path inside a container resolves to, through the
+// container's mounts and the pod's secret volumes (the deepest mount wins).
+function secretFileAt(podSpec, container, file) {
+  const mount = (container.volumeMounts || [])
+    .filter((m) => file === m.mountPath || file.startsWith(`${m.mountPath.replace(/\/$/, "")}/`))
+    .sort((a, b) => b.mountPath.length - a.mountPath.length)[0];
+  assert(mount, `${file} is in no mount of container ${container.name}`);
+  const vol = podSpec.volumes.find((v) => v.name === mount.name);
+  assert(vol?.secret, `${file} is in volume ${mount.name}, which is not a Secret`);
+  const rel = path.posix.join(mount.subPath || "", file.slice(mount.mountPath.length).replace(/^\//, ""));
+  const item = vol.secret.items ? vol.secret.items.find((i) => i.path === rel) : { key: rel };
+  assert(item, `${file}: Secret ${vol.secret.secretName} projects no ${rel}`);
+  return { secret: vol.secret.secretName, key: item.key };
+}
 
 export const cases = {
   defaults: {
@@ -28,6 +47,14 @@ export const cases = {
         assertEqual(envOf(objs, "SAGA_STORE_0").valueFrom.secretKeyRef, { name: "sagapool-store-0", key: "url" }, "default store Secret");
         assertEqual(envOf(objs, "SAGA_STORE").value, "$(SAGA_STORE_0)", "one store: SAGA_STORE is SAGA_STORE_0");
         assert(!byKind(objs, "ConfigMap").some((c) => c.metadata.name.endsWith("-dashboards")), "dashboards rendered");
+      });
+      check(`${name}: the pods get no extra volume or envFrom (the pod test models none)`, () => {
+        const pod = deployment(objs).spec.template.spec;
+        assertEqual(pod.volumes.map((v) => v.name), ["config", "tmp"], "worker volumes");
+        assertEqual(workerOf(objs).volumeMounts.map((m) => m.name), ["config", "tmp"], "worker mounts");
+        assertEqual(job(objs).spec.template.spec.volumes.map((v) => v.name), ["tmp"], "Job volumes");
+        assertEqual(migrateOf(objs).volumeMounts.map((m) => m.name), ["tmp"], "Job mounts");
+        for (const c of [workerOf(objs), migrateOf(objs)]) assert(!("envFrom" in c), `${c.name} has envFrom`);
       });
       check(`${name}: the worker configuration`, () => {
         assertEqual(tomlOf(objs), {
@@ -179,7 +206,10 @@ export const cases = {
         assertEqual(envOf(objs, "SAGA_STORE_0").valueFrom.secretKeyRef, { name: "ledger-0", key: "uri" }, "store 0");
         assertEqual(envOf(objs, "STORE_1_PASSWORD").valueFrom.secretKeyRef, { name: "ledger-1-password", key: "password" }, "store 1 password");
         assertEqual(envOf(objs, "SAGA_STORE_1").value,
-          "postgresql://sagapool@ledger-1.db:5432/ledger?sslmode=verify-full&password=$(STORE_1_PASSWORD)", "store 1 URL");
+          "postgresql://sagapool@ledger-1.db:5432/ledger?sslmode=verify-full&sslrootcert=/etc/sagapool/postgres-ca/ca.crt&password=$(STORE_1_PASSWORD)",
+          "store 1 URL");
+        assertEqual(secretFileAt(deployment(objs).spec.template.spec, workerOf(objs), "/etc/sagapool/postgres-ca/ca.crt"),
+          { secret: "ledger-ca", key: "ca.crt" }, "store 1 sslrootcert");
         assertEqual(deployment(objs).spec.template.spec.serviceAccountName, "payments-workers", "existing ServiceAccount");
       });
       check(`${name}: the Kafka CA is mounted and named in the configuration`, () => {
@@ -198,6 +228,139 @@ export const cases = {
         const psc = deployment(objs).spec.template.spec.securityContext;
         assertEqual([psc.runAsUser, psc.runAsGroup, psc.fsGroup], [undefined, undefined, undefined], "pod ids");
         assertEqual(workerOf(objs).securityContext.runAsUser, undefined, "container uid");
+      });
+    },
+  },
+
+  "tls-and-egress": {
+    values: ["tls-and-egress.yaml"],
+    checks(objs, name) {
+      // As values/tls-and-egress.yaml gives them. Helm reads values files as
+      // YAML 1.1, so defaultMode 0440 arrives as the octal 0o440.
+      const extraVolumes = [
+        { name: "postgres-ca", secret: { secretName: "ledger-ca", items: [{ key: "ca.crt", path: "ca.crt" }] } },
+        { name: "kafka-client", secret: { secretName: "sagapool", defaultMode: 0o440,
+          items: [{ key: "user.crt", path: "user.crt" }, { key: "user.key", path: "user.key" }] } },
+      ];
+      const extraMounts = [
+        { name: "postgres-ca", mountPath: "/etc/sagapool/postgres-ca", readOnly: true },
+        { name: "kafka-client", mountPath: "/etc/sagapool/kafka-client", readOnly: true },
+      ];
+      const envFrom = [
+        { configMapRef: { name: "sagapool-libpq" } },
+        { secretRef: { name: "sagapool-vault", optional: true }, prefix: "VAULT_" },
+      ];
+      const sorted = (o) => JSON.parse(JSON.stringify(o, (k, v) => (v && typeof v === "object" && !Array.isArray(v)
+        ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => a.localeCompare(b))) : v)));
+      const pods = () => [
+        ["worker Deployment", deployment(objs).spec.template.spec, workerOf(objs), ["config", "tmp", "kafka-ca"]],
+        ["migration Job", job(objs).spec.template.spec, migrateOf(objs), ["tmp"]],
+      ];
+      check(`${name}: extraVolumes, extraVolumeMounts and envFrom reach the worker Deployment and the migration Job`, () => {
+        for (const [who, spec, c, own] of pods()) {
+          assertEqual(spec.volumes.map((v) => v.name), [...own, "postgres-ca", "kafka-client"], `${who} volumes`);
+          assertEqual(sorted(spec.volumes.slice(own.length)), sorted(extraVolumes), `${who} extra volumes`);
+          assertEqual(c.volumeMounts.map((m) => m.name), [...own, "postgres-ca", "kafka-client"], `${who} mounts`);
+          assertEqual(sorted(c.volumeMounts.slice(own.length)), sorted(extraMounts), `${who} extra mounts`);
+          assertEqual(sorted(c.envFrom), sorted(envFrom), `${who} envFrom`);
+          // The chart's own variables stay (env wins over envFrom in Kubernetes).
+          assert(c.env.some((e) => e.name === "SAGA_STORE"), `${who} lost SAGA_STORE`);
+        }
+      });
+      check(`${name}: the helm test pod gets none of them`, () => {
+        const pod = one(objs, "Pod");
+        assertEqual(pod.spec.volumes.map((v) => v.name), ["tmp"], "test pod volumes");
+        assert(!("envFrom" in pod.spec.containers[0]), "test pod has envFrom");
+      });
+      check(`${name}: PostgreSQL with sslmode=verify-full, its sslrootcert a key of the mounted CA Secret, in both pods`, () => {
+        for (const [who, spec, c] of pods()) {
+          const url = c.env.find((e) => e.name === "SAGA_STORE_0").value;
+          const params = new URLSearchParams(url.slice(url.indexOf("?") + 1));
+          assertEqual(params.get("sslmode"), "verify-full", `${who} sslmode`);
+          assertEqual(secretFileAt(spec, c, params.get("sslrootcert")), { secret: "ledger-ca", key: "ca.crt" }, `${who} sslrootcert`);
+        }
+      });
+      check(`${name}: Kafka over mTLS, every ssl.*.location a key of a mounted Secret`, () => {
+        const opts = tomlOf(objs)["kafka-opt"];
+        assertEqual(opts, [
+          "security.protocol=SSL", "ssl.ca.location=/etc/sagapool/kafka-ca/ca.crt",
+          "ssl.certificate.location=/etc/sagapool/kafka-client/user.crt", "ssl.key.location=/etc/sagapool/kafka-client/user.key",
+        ], "kafka-opt");
+        const files = Object.fromEntries(opts.filter((o) => /^ssl\.[a-z.]+\.location=/.test(o)).map((o) => o.split("=")));
+        const spec = deployment(objs).spec.template.spec;
+        assertEqual(secretFileAt(spec, workerOf(objs), files["ssl.ca.location"]), { secret: "my-cluster-cluster-ca-cert", key: "ca.crt" }, "CA");
+        assertEqual(secretFileAt(spec, workerOf(objs), files["ssl.certificate.location"]), { secret: "sagapool", key: "user.crt" }, "client certificate");
+        assertEqual(secretFileAt(spec, workerOf(objs), files["ssl.key.location"]), { secret: "sagapool", key: "user.key" }, "client key");
+      });
+      check(`${name}: KEDA reads Kafka with the workers' CA, client certificate and key, from their Secrets`, () => {
+        const keda = render(["tls-and-egress.yaml", { kafka: { requestsPartitions: 6 }, autoscaling: { keda: { enabled: true } } }]);
+        const so = one(keda, "ScaledObject");
+        assertEqual(so.spec.triggers[0].metadata.tls, "enable", "trigger tls");
+        const ta = one(keda, "TriggerAuthentication");
+        assertEqual(so.spec.triggers[0].authenticationRef.name, ta.metadata.name, "authenticationRef");
+        assertEqual(ta.spec.secretTargetRef, [
+          { parameter: "ca", name: "my-cluster-cluster-ca-cert", key: "ca.crt" },
+          { parameter: "cert", name: "sagapool", key: "user.crt" },
+          { parameter: "key", name: "sagapool", key: "user.key" },
+        ], "TriggerAuthentication secrets");
+      });
+
+      const dnsRule = {
+        ports: [{ port: 53, protocol: "UDP" }, { port: 53, protocol: "TCP" }],
+        to: [{ namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kube-system" } },
+          podSelector: { matchLabels: { "k8s-app": "kube-dns" } } }],
+      };
+      const storesRule = { ports: [{ port: 5432, protocol: "TCP" }], to: [{ ipBlock: { cidr: "10.20.0.0/24" } }] };
+      const kafkaRule = (ports) => ({
+        ports: ports.map((port) => ({ port, protocol: "TCP" })),
+        to: [{ namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "kafka" } },
+          podSelector: { matchLabels: { "strimzi.io/cluster": "my-cluster", "strimzi.io/kind": "Kafka" } } }],
+      });
+      const egressPolicies = (o) => byKind(o, "NetworkPolicy").filter((np) => np.spec.policyTypes.includes("Egress"));
+      check(`${name}: the workers' egress: DNS, the stores and the brokers, nothing else`, () => {
+        const np = one(objs, "NetworkPolicy", (p) => p.spec.policyTypes.includes("Egress") && !isHook(p));
+        assertEqual(np.spec.policyTypes, ["Egress"], "policy types");
+        assert(selects(np.spec.podSelector.matchLabels, podLabelsOf(deployment(objs))), "does not select the workers");
+        assertEqual(sorted(np.spec.egress), sorted([dnsRule, storesRule, kafkaRule([9093])]), "egress rules");
+        const ingress = one(objs, "NetworkPolicy", (p) => p.spec.policyTypes.includes("Ingress"));
+        assertEqual(ingress.spec.policyTypes, ["Ingress"], "the ingress policy stays ingress only");
+      });
+      check(`${name}: the migration Job's egress: a hook before the Job, DNS and the stores only`, () => {
+        const np = one(objs, "NetworkPolicy", (p) => isHook(p));
+        const a = np.metadata.annotations;
+        assertEqual(a["helm.sh/hook"], "pre-install,pre-upgrade", "hook");
+        assert(Number(a["helm.sh/hook-weight"]) < Number(job(objs).metadata.annotations["helm.sh/hook-weight"]), "not created before the Job");
+        assertEqual(np.spec.policyTypes, ["Egress"], "policy types");
+        assert(selects(np.spec.podSelector.matchLabels, podLabelsOf(job(objs))), "does not select the Job's pods");
+        assert(!selects(np.spec.podSelector.matchLabels, podLabelsOf(deployment(objs))), "selects the workers too");
+        assertEqual(sorted(np.spec.egress), sorted([dnsRule, storesRule]), "egress rules");
+      });
+      check(`${name}: the brokers' ports come from kafka.brokers unless given`, () => {
+        const ports = (values) => one(render(["tls-and-egress.yaml", values]), "NetworkPolicy",
+          (p) => p.spec.policyTypes.includes("Egress") && !isHook(p)).spec.egress[2];
+        assertEqual(ports({ kafka: { brokers: "b-0.kafka:9093,b-1.kafka:9094,b-2.kafka:9093" } }), kafkaRule([9093, 9094]), "from kafka.brokers");
+        assertEqual(ports({ networkPolicy: { egress: { kafka: { ports: [9092, 9192] } } } }), kafkaRule([9092, 9192]), "given");
+      });
+      check(`${name}: an empty dns.to admits the DNS ports anywhere, and OpenShift's 5353 is taken as given`, () => {
+        const np = one(render(["tls-and-egress.yaml", { networkPolicy: { egress: { dns: { to: [], ports: [5353] } } } }]), "NetworkPolicy",
+          (p) => p.spec.policyTypes.includes("Egress") && !isHook(p));
+        assertEqual(np.spec.egress[0], { ports: [{ port: 5353, protocol: "UDP" }, { port: 5353, protocol: "TCP" }] }, "DNS rule");
+      });
+      check(`${name}: egress policies only when networkPolicy.egress.enabled, the Job's only with the Job`, () => {
+        assertEqual(egressPolicies(render(["tls-and-egress.yaml", { networkPolicy: { egress: { enabled: false } } }])).length, 0,
+          "egress policies while disabled");
+        const noJob = render(["tls-and-egress.yaml", { migrations: { enabled: false } }]);
+        assertEqual(egressPolicies(noJob).map((p) => p.metadata.name), ["pay-sagapool-egress"], "without migrations");
+        const noIngress = render(["tls-and-egress.yaml", { networkPolicy: { enabled: false } }]);
+        assertEqual(egressPolicies(noIngress).length, 2, "egress without the ingress policy");
+        assertEqual(byKind(noIngress, "NetworkPolicy").length, 2, "no ingress policy when networkPolicy.enabled is false");
+      });
+      check(`${name}: NOTES name the Secrets and ConfigMaps the extra volumes and envFrom read`, () => {
+        const notes = renderNotes(["tls-and-egress.yaml"]);
+        for (const s of ["volume postgres-ca: Secret ledger-ca", "volume kafka-client: Secret sagapool",
+          "envFrom: ConfigMap sagapool-libpq", "envFrom: Secret sagapool-vault (optional)"]) {
+          assert(notes.includes(s), `NOTES do not say "${s}":\n${notes}`);
+        }
       });
     },
   },

@@ -176,8 +176,12 @@ export function commonChecks(name, objs, { secrets = [], runbookBaseUrl = "" } =
     for (const pdb of byKind(objs, "PodDisruptionBudget")) {
       assert(selects(pdb.spec.selector.matchLabels, podLabels), "PDB misses the workers");
     }
+    // A hook policy is the migration Job's (created before it); the others are the workers'.
+    const job = byKind(objs, "Job")[0];
     for (const np of byKind(objs, "NetworkPolicy")) {
-      assert(selects(np.spec.podSelector.matchLabels, podLabels), "NetworkPolicy misses the workers");
+      const hook = np.metadata.annotations?.["helm.sh/hook"];
+      const [who, labels] = hook ? ["the migration Job", job && podLabelsOf(job)] : ["the workers", podLabels];
+      assert(labels && selects(np.spec.podSelector.matchLabels, labels), `NetworkPolicy/${np.metadata.name} misses ${who}`);
     }
     for (const a of [...byKind(objs, "HorizontalPodAutoscaler"), ...byKind(objs, "ScaledObject")]) {
       assertEqual([a.spec.scaleTargetRef.kind ?? "Deployment", a.spec.scaleTargetRef.name],
@@ -192,6 +196,21 @@ export function commonChecks(name, objs, { secrets = [], runbookBaseUrl = "" } =
     }
   });
 
+  check(label("every mount names a volume of its pod, no two mounts share a path"), () => {
+    for (const o of objs.filter(podSpecOf)) {
+      const spec = podSpecOf(o);
+      const names = (spec.volumes || []).map((v) => v.name);
+      assertEqual(new Set(names).size, names.length, `${o.kind}/${o.metadata.name} volume names are not unique`);
+      for (const c of [...(spec.initContainers || []), ...spec.containers]) {
+        const paths = (c.volumeMounts || []).map((m) => m.mountPath);
+        assertEqual(new Set(paths).size, paths.length, `${o.kind}/${o.metadata.name} container ${c.name} mount paths are not unique`);
+        for (const m of c.volumeMounts || []) {
+          assert(names.includes(m.name), `${o.kind}/${o.metadata.name} container ${c.name} mounts ${m.name}, which is no volume`);
+        }
+      }
+    }
+  });
+
   check(label("hooks: migrations before install/upgrade, a test pod for helm test"), () => {
     for (const job of byKind(objs, "Job")) {
       const a = job.metadata.annotations || {};
@@ -203,6 +222,13 @@ export function commonChecks(name, objs, { secrets = [], runbookBaseUrl = "" } =
         assertEqual(s.metadata.annotations?.["helm.sh/hook"], "pre-install,pre-upgrade", `Secret ${ref.name} read by the Job is not a hook`);
         assert(Number(s.metadata.annotations["helm.sh/hook-weight"]) < Number(a["helm.sh/hook-weight"] || 0),
           `Secret ${ref.name} is not created before the Job`);
+      }
+      // So is a NetworkPolicy that lets the Job out.
+      for (const np of byKind(objs, "NetworkPolicy").filter((p) => p.metadata.annotations?.["helm.sh/hook"])) {
+        const na = np.metadata.annotations;
+        assertEqual(na["helm.sh/hook"], a["helm.sh/hook"], `NetworkPolicy/${np.metadata.name} hook`);
+        assert(Number(na["helm.sh/hook-weight"]) < Number(a["helm.sh/hook-weight"] || 0),
+          `NetworkPolicy/${np.metadata.name} is not created before the Job`);
       }
     }
     for (const p of byKind(objs, "Pod")) {
@@ -244,6 +270,9 @@ export function dashboardsIdentical(cm) {
   }
 }
 
+// The volume kinds the restricted Pod Security Standard allows.
+const restrictedVolumeKinds = ["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
+
 function restricted(o) {
   const where = `${o.kind}/${o.metadata.name}`;
   const spec = podSpecOf(o);
@@ -253,7 +282,11 @@ function restricted(o) {
   assertEqual(psc.seccompProfile?.type, "RuntimeDefault", `${where}: pod seccomp profile`);
   assert(spec.automountServiceAccountToken === false, `${where}: the service-account token is mounted`);
   for (const f of ["hostNetwork", "hostPID", "hostIPC"]) assert(!spec[f], `${where}: ${f}`);
-  for (const v of spec.volumes || []) assert(!v.hostPath, `${where}: hostPath volume ${v.name}`);
+  for (const v of spec.volumes || []) {
+    const kinds = Object.keys(v).filter((k) => k !== "name");
+    assert(kinds.length === 1 && restrictedVolumeKinds.includes(kinds[0]),
+      `${where}: volume ${v.name} is of kind ${kinds.join("+")}, which the restricted profile does not allow`);
+  }
   const containers = [...(spec.initContainers || []), ...spec.containers];
   for (const c of containers) {
     const sc = c.securityContext || {};
@@ -271,7 +304,10 @@ function restricted(o) {
 }
 
 function secretRefs(c) {
-  return (c.env || []).filter((e) => e.valueFrom?.secretKeyRef).map((e) => e.valueFrom.secretKeyRef);
+  return [
+    ...(c.env || []).filter((e) => e.valueFrom?.secretKeyRef).map((e) => e.valueFrom.secretKeyRef),
+    ...(c.envFrom || []).filter((e) => e.secretRef).map((e) => e.secretRef),
+  ];
 }
 
 // A reference to a Secret the chart renders must name a key it holds.

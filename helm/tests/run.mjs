@@ -60,6 +60,17 @@ const commands = {
       render([{ kafka: { requestsPartitions: 2, allowIdleConsumers: true }, autoscaling: { maxReplicas: 4, keda: { enabled: true } } }]);
       render([{ kafka: { requestsPartitions: 2, allowIdleConsumers: true }, worker: { replicaCount: 3 } }]);
     });
+    check("accepted: certificate paths in extraVolumeMounts, a file mounted by subPath at its own path included", () => {
+      render([{
+        extraVolumes: [{ name: "pg-ca", secret: { secretName: "ledger-ca" } }, { name: "kafka-client", secret: { secretName: "sagapool" } }],
+        extraVolumeMounts: [
+          { name: "pg-ca", mountPath: "/etc/pg/root.crt", subPath: "ca.crt", readOnly: true },
+          { name: "kafka-client", mountPath: "/etc/sagapool/kafka-client/", readOnly: true },
+        ],
+        kafka: { securityProtocol: "SSL", options: { "ssl.key.location": "/etc/sagapool/kafka-client/user.key" } },
+        stores: [{ url: "postgresql://sagapool@db/ledger?sslmode=verify-full&sslrootcert=/etc/pg/root.crt", passwordSecret: { name: "p" } }],
+      }]);
+    });
     check("accepted: every values file in helm/tests/values and the chart's own values.yaml", () => {
       for (const f of fs.readdirSync(path.join(testsDir, "values"))) render([f]);
       render([path.join(chartSrc, "values.yaml")]);

@@ -224,6 +224,105 @@ ps and /proc/PID/cmdline. Call with (dict "ctx" $ "secretName" NAME-OF-THE-CHART
 {{- end }}
 {{- end }}
 
+{{/* Extra volumes and network policy ---------------------------------------- */}}
+
+{{/* The chart's own volumes and mount paths, which extraVolumes and extraVolumeMounts may not shadow. */}}
+{{- define "sagapool.ownVolumeNames" -}}
+{{- toJson (list "config" "tmp" "kafka-ca") }}
+{{- end }}
+{{- define "sagapool.ownMountPaths" -}}
+{{- toJson (list "/tmp" "/etc/sagapool/worker.toml" "/etc/sagapool/kafka-ca") }}
+{{- end }}
+
+{{/* "true" when the path (dict "ctx" $ "path" P) is one of extraVolumeMounts or lies under one. */}}
+{{- define "sagapool.inExtraMount" -}}
+{{- $p := .path }}
+{{- range .ctx.Values.extraVolumeMounts }}
+{{- $m := trimSuffix "/" .mountPath }}
+{{- if or (eq $p $m) (hasPrefix (printf "%s/" $m) $p) }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret and key behind a file path in the containers, through
+extraVolumeMounts (the deepest mount wins) and the secret volumes of
+extraVolumes, as JSON {"name", "key"}; {} when no Secret holds it. Call with
+(dict "ctx" $ "path" P).
+*/}}
+{{- define "sagapool.secretFileOf" -}}
+{{- $p := .path }}
+{{- $mount := dict }}
+{{- range .ctx.Values.extraVolumeMounts }}
+{{- $m := trimSuffix "/" .mountPath }}
+{{- if and (or (eq $p $m) (hasPrefix (printf "%s/" $m) $p)) (gt (len $m) (len (default "" $mount.path))) }}
+{{- $mount = dict "path" $m "volume" .name "subPath" (default "" .subPath) }}
+{{- end }}
+{{- end }}
+{{- $out := dict }}
+{{- range .ctx.Values.extraVolumes }}
+{{- if and $mount.volume (eq .name $mount.volume) .secret }}
+{{- $rel := trimPrefix "/" (trimPrefix $mount.path $p) }}
+{{- if $mount.subPath }}{{ $rel = trimSuffix "/" (printf "%s/%s" $mount.subPath $rel) }}{{ end }}
+{{- $key := $rel }}
+{{- if .secret.items }}
+{{- $key = "" }}
+{{- range .secret.items }}{{ if eq .path $rel }}{{ $key = .key }}{{ end }}{{ end }}
+{{- end }}
+{{- if $key }}{{ $out = dict "name" .secret.secretName "key" $key }}{{ end }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/* TCP ports of the brokers for the egress policy: networkPolicy.egress.kafka.ports, or those of kafka.brokers. */}}
+{{- define "sagapool.kafkaEgressPorts" -}}
+{{- $ports := .Values.networkPolicy.egress.kafka.ports }}
+{{- if not $ports }}
+{{- $ports = list }}
+{{- range splitList "," .Values.kafka.brokers }}
+{{- $port := regexFind "[0-9]+$" . | int64 }}
+{{- if not (has $port $ports) }}{{ $ports = append $ports $port }}{{ end }}
+{{- end }}
+{{- end }}
+{{- toJson $ports }}
+{{- end }}
+
+{{/*
+Egress rules (NetworkPolicyEgressRule list): DNS over UDP and TCP, the
+stores, and with (dict "ctx" $ "kafka" true) the brokers. Nothing else: a
+pod selected by a policy with these rules reaches no other destination.
+*/}}
+{{- define "sagapool.egressRules" -}}
+{{- $e := .ctx.Values.networkPolicy.egress }}
+- ports:
+    {{- range $e.dns.ports }}
+    - port: {{ . | int64 }}
+      protocol: UDP
+    - port: {{ . | int64 }}
+      protocol: TCP
+    {{- end }}
+  {{- with $e.dns.to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+- ports:
+    {{- range $e.stores.ports }}
+    - port: {{ . | int64 }}
+      protocol: TCP
+    {{- end }}
+  to:
+    {{- toYaml $e.stores.to | nindent 4 }}
+{{- if .kafka }}
+- ports:
+    {{- range include "sagapool.kafkaEgressPorts" .ctx | fromJsonArray }}
+    - port: {{ . | int64 }}
+      protocol: TCP
+    {{- end }}
+  to:
+    {{- toYaml $e.kafka.to | nindent 4 }}
+{{- end }}
+{{- end }}
+
 {{/* Security --------------------------------------------------------------- */}}
 
 {{/* Pod-level part of the restricted Pod Security Standard. */}}
@@ -341,6 +440,72 @@ always renders, so `helm template` and `helm install` both stop early.
 {{- if regexMatch "[?&]password=" $s.url }}
 {{- fail (printf "stores[%d].url has a password parameter while stores[%d].passwordSecret is set: remove it from the URL" $i $i) }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- $ownVolumes := include "sagapool.ownVolumeNames" . | fromJsonArray }}
+{{- $volumes := list }}
+{{- range $i, $vol := $v.extraVolumes }}
+{{- if has $vol.name $ownVolumes }}
+{{- fail (printf "extraVolumes[%d] is named %s, like a volume of the chart's own (%s): choose another name" $i $vol.name (join ", " $ownVolumes)) }}
+{{- end }}
+{{- if has $vol.name $volumes }}
+{{- fail (printf "extraVolumes[%d]: the name %s is used twice" $i $vol.name) }}
+{{- end }}
+{{- $volumes = append $volumes $vol.name }}
+{{- end }}
+{{- $mountPaths := list }}
+{{- range $i, $m := $v.extraVolumeMounts }}
+{{- if not (has $m.name $volumes) }}
+{{- fail (printf "extraVolumeMounts[%d] mounts %s, which is not in extraVolumes (the worker and the migration Job mount extraVolumes only)" $i $m.name) }}
+{{- end }}
+{{- $path := trimSuffix "/" $m.mountPath }}
+{{- range $own := include "sagapool.ownMountPaths" $ | fromJsonArray }}
+{{- if or (eq $path $own) (hasPrefix (printf "%s/" $path) $own) }}
+{{- fail (printf "extraVolumeMounts[%d].mountPath %s would hide the chart's own %s: mount it elsewhere, for example /etc/sagapool/%s" $i $m.mountPath $own $m.name) }}
+{{- end }}
+{{- end }}
+{{- if has $path $mountPaths }}
+{{- fail (printf "extraVolumeMounts[%d].mountPath %s is used twice" $i $m.mountPath) }}
+{{- end }}
+{{- $mountPaths = append $mountPaths $path }}
+{{- end }}
+{{- /* A file the programs are told to read must be in a mounted volume: the root filesystem is the image's. */}}
+{{- range $k, $val := $v.kafka.options }}
+{{- if and (hasSuffix ".location" $k) (not (include "sagapool.inExtraMount" (dict "ctx" $ "path" (toString $val)))) }}
+{{- fail (printf "kafka.options.%s (%v) is in none of extraVolumeMounts: mount the file's Secret with extraVolumes and extraVolumeMounts, and point the option into that mount" $k $val) }}
+{{- end }}
+{{- end }}
+{{- range $i, $s := $v.stores }}
+{{- range regexFindAll "[?&](sslrootcert|sslcert|sslkey|sslcrl|sslcrldir)=[^&#]*" (default "" $s.url) -1 }}
+{{- $kv := regexReplaceAll "^[?&]" . "" }}
+{{- $param := regexFind "^[a-z]+" $kv }}
+{{- $file := trimPrefix (printf "%s=" $param) $kv }}
+{{- /* percent-encoded paths are not decoded here; "system" is libpq 16's own trust store */}}
+{{- if and (ne $file "system") (not (contains "%" $file)) (not (include "sagapool.inExtraMount" (dict "ctx" $ "path" $file))) }}
+{{- fail (printf "stores[%d].url: %s=%s is in none of extraVolumeMounts: mount the certificate's Secret with extraVolumes and extraVolumeMounts (the migration Job gets them too), and point %s into that mount" $i $param $file $param) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* KEDA reads Kafka itself: it takes a client certificate and key from Secrets, both or neither. */}}
+{{- $clientFiles := list "ssl.certificate.location" "ssl.key.location" }}
+{{- if and $keda (or (hasKey $v.kafka.options "ssl.certificate.location") (hasKey $v.kafka.options "ssl.key.location")) }}
+{{- range $clientFiles }}
+{{- if not (hasKey $v.kafka.options .) }}
+{{- fail (printf "autoscaling.keda.enabled and a Kafka client certificate: KEDA needs both kafka.options ssl.certificate.location and ssl.key.location, and %s is missing" .) }}
+{{- end }}
+{{- $path := get $v.kafka.options . | toString }}
+{{- if not (include "sagapool.secretFileOf" (dict "ctx" $ "path" $path) | fromJson) }}
+{{- fail (printf "autoscaling.keda.enabled: KEDA reads the Kafka client certificate and key from Secrets, but kafka.options.%s (%s) is no key of a secret volume in extraVolumes" . $path) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $egress := $v.networkPolicy.egress }}
+{{- if $egress.enabled }}
+{{- if not $egress.stores.to }}
+{{- fail "networkPolicy.egress.enabled is true but networkPolicy.egress.stores.to is empty: list where the stores are (ipBlock CIDRs, or namespace and pod selectors); an empty list would admit every destination on the store ports" }}
+{{- end }}
+{{- if not $egress.kafka.to }}
+{{- fail "networkPolicy.egress.enabled is true but networkPolicy.egress.kafka.to is empty: list where every broker is (ipBlock CIDRs, or namespace and pod selectors); an empty list would admit every destination on the broker ports" }}
 {{- end }}
 {{- end }}
 {{- /* Store layout guard: lookup sees the running release on install/upgrade (it is empty under `helm template`). */}}
