@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -62,6 +63,22 @@ TEST(ToJson, EscapesStringsSoTheJsonStaysWellFormed) {
   EXPECT_NE(json.find(R"(bad\"id\\\n)"), std::string::npos) << json;
   RequestView v;
   EXPECT_EQ(parse_request(json, v), RequestError::bad_id) << json;
+}
+
+// The outside-project test (producer_package) compares what a program built
+// against the installed library prints with this file: it must hold
+// requests saga-worker accepts.
+TEST(ToJson, TheOutsideProjectsExpectedOutputIsValid) {
+  std::ifstream in(SAGA_SOURCE_DIR "/producer/tests/outside_project/expected_output.txt");
+  ASSERT_TRUE(in) << "expected_output.txt is missing";
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    RequestView v;
+    EXPECT_EQ(parse_request(line, v), RequestError::ok) << line;
+  }
+  EXPECT_GE(lines, 1);
 }
 
 // ---- Generator --------------------------------------------------------------
