@@ -1,7 +1,5 @@
 #include "sagapool/domain.hpp"
 
-#include "sagapool/status.hpp"
-
 namespace sagapool {
 namespace {
 constexpr std::string_view kStates[] = {"initial", "pending", "applied",
@@ -32,17 +30,6 @@ std::optional<Reason> parse_reason(std::string_view s) noexcept {
 }
 std::optional<PostingKind> parse_posting_kind(std::string_view s) noexcept {
   return parse_from<PostingKind>(kKinds, s);
-}
-
-std::string_view to_string(ErrorKind kind) noexcept {
-  switch (kind) {
-    case ErrorKind::ok: return "ok";
-    case ErrorKind::retry_call: return "retry_call";
-    case ErrorKind::retry_stage: return "retry_stage";
-    case ErrorKind::compensate: return "compensate";
-    case ErrorKind::fatal: return "fatal";
-  }
-  return "unknown";
 }
 
 }  // namespace sagapool

@@ -15,6 +15,7 @@
 
 #include "sagapool/config.hpp"
 #include "sagapool/generator.hpp"
+#include "sagapool/kafka.hpp"
 #include "sagapool/log.hpp"
 #include "sagapool/producer.hpp"
 #include "sagapool/request.hpp"
@@ -301,7 +302,11 @@ int main(int argc, char** argv) {
   sagapool::TransferProducerOptions popts;
   popts.brokers = o.brokers;
   popts.topic = o.topic;
-  popts.kafka_opts = std::move(*kafka_opts);
+  for (auto& kv : *kafka_opts) {
+    popts.kafka_opts.emplace_back(std::move(kv.key), std::move(kv.value));
+  }
+  // librdkafka's lines go to our log, in its format, as the worker's do.
+  popts.configure = [](rd_kafka_conf_t& conf) { sagapool::install_log_callbacks(conf); };
   std::unique_ptr<sagapool::TransferProducer> producer;
   if (Status s = sagapool::TransferProducer::create(std::move(popts), producer); !s) {
     std::cerr << prog << ": " << s.message() << '\n';

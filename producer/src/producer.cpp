@@ -1,63 +1,109 @@
 #include "sagapool/producer.hpp"
 
-#include <charconv>
+#include <array>
+#include <cstddef>
 
-#include "sagapool/json_text.hpp"
 #include "sagapool/request.hpp"
 
+// A thin client of librdkafka's C API of its own, rather than sagapool::kafka's
+// KafkaProducer: that one logs through spdlog and reads the project's
+// configuration, which upstream code must not have to link.
 namespace sagapool {
+namespace {
 
-void append_json(std::string& out, const TransferRequest& r) {
-  out += R"({"id": ")";
-  append_json_escaped(out, r.id);
-  out += R"(", "from": ")";
-  append_json_escaped(out, r.from);
-  out += R"(", "to": ")";
-  append_json_escaped(out, r.to);
-  out += R"(", "amount": )";
-  char digits[24];
-  const auto [end, ec] = std::to_chars(std::begin(digits), std::end(digits), r.amount);
-  (void)ec;  // 24 chars always hold an int64
-  out.append(digits, end);
-  if (!r.currency.empty()) {
-    out += R"(, "currency": ")";
-    append_json_escaped(out, r.currency);
-    out += '"';
-  }
-  if (!r.metadata.empty()) {
-    out += R"(, "metadata": )";
-    out += r.metadata;
-  }
-  out += '}';
+struct ConfDeleter {
+  void operator()(rd_kafka_conf_t* c) const noexcept { rd_kafka_conf_destroy(c); }
+};
+struct ErrorDeleter {
+  void operator()(rd_kafka_error_t* e) const noexcept { rd_kafka_error_destroy(e); }
+};
+using ConfPtr = std::unique_ptr<rd_kafka_conf_t, ConfDeleter>;
+using ErrorPtr = std::unique_ptr<rd_kafka_error_t, ErrorDeleter>;
+
+// "<what>: <description> (<ERR_NAME>)", as the worker words Kafka errors.
+Status kafka_error(ErrorKind kind, std::string_view what, const char* description,
+                   const char* name) {
+  std::string m(what);
+  m += ": ";
+  m += description;
+  m += " (";
+  m += name;
+  m += ')';
+  return Status::error(kind, std::move(m));
 }
 
-std::string to_json(const TransferRequest& r) {
-  std::string out;
-  out.reserve(96 + r.id.size() + r.from.size() + r.to.size() + r.metadata.size());
-  append_json(out, r);
-  return out;
+// librdkafka quotes a rejected value in its message; the value may be a
+// secret (a SASL password, a key), so every occurrence of it is masked.
+std::string without_value(std::string message, const std::string& value) {
+  if (value.empty()) return message;
+  constexpr std::string_view kMask = "(value not shown)";
+  for (std::size_t at = message.find(value); at != std::string::npos;
+       at = message.find(value, at + kMask.size())) {
+    message.replace(at, value.size(), kMask);
+  }
+  return message;
 }
 
-TransferProducer::TransferProducer(std::string topic, DeliveryCallback on_delivery)
-    : topic_(std::move(topic)), on_delivery_(std::move(on_delivery)) {}
+Status set_property(rd_kafka_conf_t& conf, const std::string& key, const std::string& value) {
+  std::array<char, 512> errstr{};
+  const rd_kafka_conf_res_t r =
+      rd_kafka_conf_set(&conf, key.c_str(), value.c_str(), errstr.data(), errstr.size());
+  if (r == RD_KAFKA_CONF_OK) return Status::ok();
+  if (r == RD_KAFKA_CONF_UNKNOWN) {
+    return Status::fatal("kafka option '" + key + "': no such librdkafka property");
+  }
+  return Status::fatal("kafka option '" + key + "': " + without_value(errstr.data(), value));
+}
+
+}  // namespace
+
+void TransferProducer::ClientDeleter::operator()(rd_kafka_t* rk) const noexcept {
+  rd_kafka_destroy(rk);
+}
+
+TransferProducer::TransferProducer(std::string topic, DeliveryCallback on_delivery,
+                                   std::chrono::milliseconds queue_full_wait)
+    : topic_(std::move(topic)),
+      on_delivery_(std::move(on_delivery)),
+      queue_full_wait_(queue_full_wait) {}
 
 TransferProducer::~TransferProducer() {
   // Close here, while the counters and callback the reports touch still exist.
-  if (producer_) (void)producer_->close(std::chrono::seconds(10));
+  if (rk_) (void)close(std::chrono::seconds(10));
 }
 
 Status TransferProducer::create(TransferProducerOptions options,
                                 std::unique_ptr<TransferProducer>& out,
                                 DeliveryCallback on_delivery) {
   if (options.topic.empty()) return Status::fatal("transfer producer: empty topic name");
-  std::unique_ptr<TransferProducer> p(
-      new TransferProducer(std::move(options.topic), std::move(on_delivery)));
-  KafkaProducerOptions kopts;
-  kopts.brokers = std::move(options.brokers);
-  kopts.kafka_opts = std::move(options.kafka_opts);
-  kopts.client_id = std::move(options.client_id);
-  kopts.queue_full_wait = options.queue_full_wait;
-  if (Status s = KafkaProducer::create(kopts, p.get(), p->producer_); !s) return s;
+  if (options.brokers.empty()) return Status::fatal("transfer producer: no brokers given");
+  std::vector<std::pair<std::string, std::string>> opts = {
+      {"bootstrap.servers", options.brokers},
+      {"client.id", options.client_id},
+      {"enable.idempotence", "true"},
+      {"compression.type", "lz4"},
+      {"linger.ms", "5"},
+      {"batch.num.messages", "10000"},
+      {"queue.buffering.max.messages", "500000"},
+  };
+  opts.insert(opts.end(), options.kafka_opts.begin(), options.kafka_opts.end());
+  ConfPtr conf(rd_kafka_conf_new());
+  for (const auto& [key, value] : opts) {
+    if (Status s = set_property(*conf, key, value); !s) return s;
+  }
+  if (options.configure) options.configure(*conf);
+
+  // The producer's address is the conf's opaque, which every delivery
+  // report gets: it must not move, so it lives behind a unique_ptr.
+  std::unique_ptr<TransferProducer> p(new TransferProducer(
+      std::move(options.topic), std::move(on_delivery), options.queue_full_wait));
+  rd_kafka_conf_set_dr_msg_cb(conf.get(), &TransferProducer::delivery_report);
+  rd_kafka_conf_set_opaque(conf.get(), p.get());
+  std::array<char, 512> errstr{};
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf.get(), errstr.data(), errstr.size());
+  if (rk == nullptr) return Status::fatal(std::string("transfer producer: ") + errstr.data());
+  (void)conf.release();  // rd_kafka_new owns the conf now
+  p->rk_.reset(rk);
   out = std::move(p);
   return Status::ok();
 }
@@ -73,10 +119,90 @@ Status TransferProducer::publish(const TransferRequest& r, void* opaque) {
   return publish_raw(r.from, buffer_, opaque);
 }
 
+Status TransferProducer::produce_once(std::string_view key, std::string_view value, void* opaque,
+                                      rd_kafka_resp_err_t& err) {
+  std::array<rd_kafka_vu_t, 5> vus{};
+  std::size_t n = 0;
+  vus[n].vtype = RD_KAFKA_VTYPE_TOPIC;
+  vus[n++].u.cstr = topic_.c_str();
+  vus[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
+  vus[n++].u.i = RD_KAFKA_MSG_F_COPY;
+  vus[n].vtype = RD_KAFKA_VTYPE_VALUE;
+  // F_COPY: librdkafka copies and never writes through these pointers.
+  vus[n].u.mem.ptr = const_cast<char*>(value.data());
+  vus[n++].u.mem.size = value.size();
+  vus[n].vtype = RD_KAFKA_VTYPE_OPAQUE;
+  vus[n++].u.ptr = opaque;
+  if (!key.empty()) {
+    vus[n].vtype = RD_KAFKA_VTYPE_KEY;
+    vus[n].u.mem.ptr = const_cast<char*>(key.data());
+    vus[n++].u.mem.size = key.size();
+  }
+  const ErrorPtr error(rd_kafka_produceva(rk_.get(), vus.data(), n));
+  if (!error) {
+    err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    return Status::ok();
+  }
+  err = rd_kafka_error_code(error.get());
+  const ErrorKind kind = error_kind(err, rd_kafka_error_is_fatal(error.get()) != 0,
+                                    rd_kafka_error_is_retriable(error.get()) != 0);
+  return kafka_error(kind, "kafka produce to " + topic_, rd_kafka_error_string(error.get()),
+                     rd_kafka_error_name(error.get()));
+}
+
 Status TransferProducer::publish_raw(std::string_view key, std::string_view value, void* opaque) {
-  Status s = producer_->produce(topic_, key, value, {}, opaque);
-  if (s) ++published_;
-  return s;
+  if (!rk_) return Status::fatal("transfer producer: publish after close");
+  const auto deadline = std::chrono::steady_clock::now() + queue_full_wait_;
+  for (;;) {
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    Status s = produce_once(key, value, opaque, err);
+    if (s) ++published_;
+    if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return s;
+    // Back-pressure: serve delivery reports (which frees queue slots), then
+    // try again, for a bounded time; never drop silently.
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::retry_call("kafka produce to " + topic_ + ": local queue still full after " +
+                                std::to_string(queue_full_wait_.count()) +
+                                " ms (broker unreachable or too slow?)");
+    }
+    (void)poll(std::chrono::milliseconds(10));
+  }
+}
+
+int TransferProducer::poll(std::chrono::milliseconds timeout) {
+  if (!rk_) return 0;
+  return rd_kafka_poll(rk_.get(), static_cast<int>(timeout.count()));
+}
+
+bool TransferProducer::flush(std::chrono::milliseconds timeout) {
+  if (!rk_) return true;
+  // rd_kafka_flush serves delivery reports on this thread while it waits.
+  (void)rd_kafka_flush(rk_.get(), static_cast<int>(timeout.count()));
+  return outq_len() == 0;
+}
+
+int TransferProducer::outq_len() const { return rk_ ? rd_kafka_outq_len(rk_.get()) : 0; }
+
+int TransferProducer::close(std::chrono::milliseconds flush_timeout) {
+  if (!rk_) return 0;
+  int left = 0;
+  if (!flush(flush_timeout)) {
+    left = outq_len();
+    // Purged messages get a failed delivery report, served by the polls
+    // below, so every published message is reported exactly once. A purge
+    // error can only be a bad flag, which these are not.
+    (void)rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    // Bounded: purged messages are reported promptly; give up after ~1 s.
+    for (int i = 0; i < 100 && outq_len() > 0; ++i) (void)poll(std::chrono::milliseconds(10));
+    (void)poll(std::chrono::milliseconds(0));
+  }
+  rk_.reset();
+  return left;
+}
+
+void TransferProducer::delivery_report(rd_kafka_t* /*rk*/, const rd_kafka_message_t* m,
+                                       void* opaque) {
+  static_cast<TransferProducer*>(opaque)->on_delivery(*m);
 }
 
 void TransferProducer::on_delivery(const rd_kafka_message_t& m) {
@@ -94,7 +220,10 @@ void TransferProducer::on_delivery(const rd_kafka_message_t& m) {
   d.opaque = m._private;
   d.partition = m.partition;
   d.offset = m.offset;
-  if (!ok) d.status = kafka_status(m.err, "delivery to " + topic_);
+  if (!ok) {
+    d.status = kafka_error(error_kind(m.err), "delivery to " + topic_, rd_kafka_err2str(m.err),
+                           rd_kafka_err2name(m.err));
+  }
   on_delivery_(d);
 }
 

@@ -1,9 +1,12 @@
-// The producer library: wire format, seeded generator, and the Kafka RAII
-// pieces that need no broker (errors, configuration, delivery failures).
+// The producer library: wire format, seeded generator, TransferProducer and
+// the Kafka RAII pieces that need no broker (errors, configuration, delivery
+// failures).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -60,6 +63,22 @@ TEST(ToJson, EscapesStringsSoTheJsonStaysWellFormed) {
   EXPECT_NE(json.find(R"(bad\"id\\\n)"), std::string::npos) << json;
   RequestView v;
   EXPECT_EQ(parse_request(json, v), RequestError::bad_id) << json;
+}
+
+// The outside-project test (producer_package) compares what a program built
+// against the installed library prints with this file: it must hold
+// requests saga-worker accepts.
+TEST(ToJson, TheOutsideProjectsExpectedOutputIsValid) {
+  std::ifstream in(SAGA_SOURCE_DIR "/producer/tests/outside_project/expected_output.txt");
+  ASSERT_TRUE(in) << "expected_output.txt is missing";
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    RequestView v;
+    EXPECT_EQ(parse_request(line, v), RequestError::ok) << line;
+  }
+  EXPECT_GE(lines, 1);
 }
 
 // ---- Generator --------------------------------------------------------------
@@ -359,10 +378,100 @@ TEST(KafkaProducer, RejectsBadConfigurationAtCreate) {
   EXPECT_FALSE(KafkaProducer::create(none, nullptr, p).is_ok());
 }
 
-TEST(TransferProducer, RefusesAnInvalidRequestWithoutSending) {
+// ---- TransferProducer without a broker ------------------------------------
+
+TEST(TransferProducer, ClassifiesEveryKafkaErrorAsTheWorkerDoes) {
+  const rd_kafka_err_desc* descs = nullptr;
+  std::size_t n = 0;
+  rd_kafka_get_err_descs(&descs, &n);
+  std::size_t checked = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (descs[i].name == nullptr) continue;  // holes in librdkafka's table
+    for (const bool is_fatal : {false, true}) {
+      for (const bool is_retriable : {false, true}) {
+        EXPECT_EQ(TransferProducer::error_kind(descs[i].code, is_fatal, is_retriable),
+                  classify_kafka_error(descs[i].code, is_fatal, is_retriable))
+            << descs[i].name << " fatal=" << is_fatal << " retriable=" << is_retriable;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 100U);
+}
+
+TransferProducerOptions unreachable_transfers() {
   TransferProducerOptions o;
-  o.brokers = "127.0.0.1:1";
+  o.brokers = "127.0.0.1:1";  // connection refused at once
   o.kafka_opts = {{"message.timeout.ms", "300"}, {"log_level", "0"}};
+  return o;
+}
+
+TEST(TransferProducer, BadOptionIsFatalAndNamesTheKeyNeverTheValue) {
+  std::unique_ptr<TransferProducer> p;
+  auto o = unreachable_transfers();
+  o.kafka_opts.emplace_back("compression.type", "s3cr3t-value");
+  Status s = TransferProducer::create(o, p);
+  EXPECT_EQ(s.kind(), ErrorKind::fatal);
+  EXPECT_NE(s.message().find("'compression.type'"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("s3cr3t-value"), std::string::npos) << s.message();
+  EXPECT_FALSE(p);
+
+  o = unreachable_transfers();
+  o.kafka_opts.emplace_back("no.such.property", "x");
+  s = TransferProducer::create(o, p);
+  EXPECT_NE(s.message().find("no such librdkafka property"), std::string::npos) << s.message();
+
+  o = unreachable_transfers();
+  o.brokers.clear();
+  EXPECT_EQ(TransferProducer::create(o, p).kind(), ErrorKind::fatal);
+}
+
+TEST(TransferProducer, ConfigureSeesTheDefaultsAndTheOptionsThatOverrideThem) {
+  auto o = unreachable_transfers();
+  o.kafka_opts.emplace_back("linger.ms", "50");
+  std::map<std::string, std::string> seen;
+  o.configure = [&](rd_kafka_conf_t& conf) {
+    for (const char* key : {"enable.idempotence", "linger.ms", "client.id"}) {
+      std::array<char, 256> value{};
+      std::size_t size = value.size();
+      ASSERT_EQ(rd_kafka_conf_get(&conf, key, value.data(), &size), RD_KAFKA_CONF_OK) << key;
+      seen[key] = value.data();
+    }
+  };
+  std::unique_ptr<TransferProducer> p;
+  ASSERT_TRUE(TransferProducer::create(o, p).is_ok());
+  EXPECT_EQ(seen["enable.idempotence"], "true");
+  EXPECT_EQ(seen["linger.ms"], "50");
+  EXPECT_EQ(seen["client.id"], "sagapool-producer");
+}
+
+TEST(TransferProducer, QueueFullWaitsBoundedThenRetryCallAndCloseReportsTheRest) {
+  auto o = unreachable_transfers();
+  o.kafka_opts.emplace_back("queue.buffering.max.messages", "4");
+  o.kafka_opts.emplace_back("message.timeout.ms", "60000");
+  o.queue_full_wait = std::chrono::milliseconds(200);
+  std::vector<TransferDelivery> got;
+  std::unique_ptr<TransferProducer> p;
+  ASSERT_TRUE(TransferProducer::create(o, p, [&](const TransferDelivery& d) {
+                got.push_back(d);
+              }).is_ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(p->publish_raw("acct-1", "v").is_ok());
+  const auto start = std::chrono::steady_clock::now();
+  const Status s = p->publish_raw("acct-1", "v");
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.kind(), ErrorKind::retry_call) << s.message();
+  EXPECT_GE(waited, std::chrono::milliseconds(200));
+  EXPECT_LT(waited, std::chrono::seconds(5));
+  EXPECT_EQ(p->published(), 4U);  // the refused one was never queued
+  EXPECT_EQ(p->close(std::chrono::milliseconds(10)), 4);
+  EXPECT_EQ(got.size(), 4U);
+  EXPECT_EQ(p->failed(), 4U);
+  EXPECT_EQ(p->in_flight(), 0U);
+  EXPECT_EQ(p->publish_raw("acct-1", "v").kind(), ErrorKind::fatal);  // closed
+}
+
+TEST(TransferProducer, RefusesAnInvalidRequestWithoutSending) {
+  const TransferProducerOptions o = unreachable_transfers();
   std::vector<TransferDelivery> got;
   std::unique_ptr<TransferProducer> p;
   ASSERT_TRUE(TransferProducer::create(o, p, [&](const TransferDelivery& d) {

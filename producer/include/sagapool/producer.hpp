@@ -1,38 +1,25 @@
 #pragma once
-// The producer library upstream systems link: a transfer request value type,
-// its wire format (DESIGN.md, "Messages"), and an idempotent producer that
-// publishes requests keyed by source account.
+// The producer library upstream systems link: an idempotent Kafka producer
+// that publishes transfer requests keyed by source account. It needs only
+// librdkafka and sagapool::request, both installed with it (see
+// producer/README.md), and it never logs by itself.
+#include <librdkafka/rdkafka.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "sagapool/config.hpp"
-#include "sagapool/kafka.hpp"
 #include "sagapool/status.hpp"
+#include "sagapool/transfer_request.hpp"
 
 namespace sagapool {
 
 inline constexpr std::string_view kDefaultRequestsTopic = "transfers.requests";
-
-struct TransferRequest {
-  std::string id;        // idempotency key, 1..128 of [A-Za-z0-9._:-]
-  std::string from;      // source account id (also the Kafka key)
-  std::string to;        // destination account id
-  std::int64_t amount = 0;  // minor units, >= 1
-  std::string currency;  // optional: empty = not sent
-  std::string metadata;  // optional JSON object text, inserted verbatim; empty = not sent
-};
-
-// The request as one JSON line in DESIGN.md's format and key order:
-// {"id": "...", "from": "...", "to": "...", "amount": N[, "currency": "..."][, "metadata": {...}]}
-// Strings are JSON-escaped; metadata is inserted verbatim.
-std::string to_json(const TransferRequest& r);
-// Same, appended to `out` (lets a hot loop reuse one buffer).
-void append_json(std::string& out, const TransferRequest& r);
 
 // One per published message, on the thread that calls poll()/flush()/close().
 struct TransferDelivery {
@@ -44,21 +31,33 @@ struct TransferDelivery {
 using DeliveryCallback = std::function<void(const TransferDelivery&)>;
 
 struct TransferProducerOptions {
-  std::string brokers;
+  std::string brokers;  // bootstrap.servers
   std::string topic = std::string(kDefaultRequestsTopic);
-  std::vector<KeyValue> kafka_opts;  // override the producer defaults (kafka.hpp)
+  // librdkafka properties, set in order after these defaults, so they win:
+  // enable.idempotence=true, compression.type=lz4, linger.ms=5,
+  // batch.num.messages=10000, queue.buffering.max.messages=500000.
+  std::vector<std::pair<std::string, std::string>> kafka_opts;
   std::string client_id = "sagapool-producer";
+  // How long publish() serves delivery reports and retries while
+  // librdkafka's queue is full before it gives up with retry_call (the
+  // message is then not queued).
   std::chrono::milliseconds queue_full_wait{30'000};
+  // Called once the properties are set, before the client exists: the place
+  // for what a property cannot say (rd_kafka_conf_set_log_cb, error_cb, an
+  // OAUTHBEARER token refresh). Without it librdkafka logs to stderr. The
+  // delivery report callback and the conf's opaque are the producer's.
+  std::function<void(rd_kafka_conf_t&)> configure;
 };
 
 // Not thread-safe: use one per thread (each holds its own librdkafka handle)
 // or serialize calls. Idempotent (enable.idempotence=true): librdkafka's
 // retries never duplicate or reorder a partition's messages.
-class TransferProducer final : private DeliveryHandler {
+class TransferProducer final {
  public:
   static Status create(TransferProducerOptions options, std::unique_ptr<TransferProducer>& out,
                        DeliveryCallback on_delivery = {});
-  ~TransferProducer() override;
+  // close() with a 10 s flush if not closed yet.
+  ~TransferProducer();
   TransferProducer(const TransferProducer&) = delete;
   TransferProducer& operator=(const TransferProducer&) = delete;
 
@@ -69,13 +68,14 @@ class TransferProducer final : private DeliveryHandler {
   // how tests and saga-producer --file send deliberately invalid input.
   Status publish_raw(std::string_view key, std::string_view value, void* opaque = nullptr);
 
-  // Serve delivery reports (callback and counters).
-  int poll(std::chrono::milliseconds timeout) { return producer_->poll(timeout); }
+  // Serves delivery reports (callback and counters); returns how many.
+  int poll(std::chrono::milliseconds timeout);
   // True when everything published so far was reported within `timeout`.
-  bool flush(std::chrono::milliseconds timeout) { return producer_->flush(timeout); }
-  // Flush with the deadline, then purge and report what is left as failed;
-  // returns how many were not delivered by the deadline.
-  int close(std::chrono::milliseconds flush_timeout) { return producer_->close(flush_timeout); }
+  bool flush(std::chrono::milliseconds timeout);
+  // Flush with the deadline, then purge and report what is left as failed
+  // (every published message is reported exactly once); returns how many
+  // were not delivered by the deadline. publish() afterwards is fatal.
+  int close(std::chrono::milliseconds flush_timeout);
 
   std::uint64_t published() const noexcept { return published_; }
   std::uint64_t delivered() const noexcept { return delivered_; }
@@ -85,18 +85,35 @@ class TransferProducer final : private DeliveryHandler {
   const std::string& first_error() const noexcept { return first_error_; }
   const std::string& topic() const noexcept { return topic_; }
 
+  // What a librdkafka error means for the caller: fatal for librdkafka's
+  // fatal flag and for errors a retry cannot fix (configuration,
+  // authorization, message size, unknown topic), retry_call otherwise.
+  // The same mapping as the worker's (a test holds the two equal).
+  static ErrorKind error_kind(rd_kafka_resp_err_t err, bool is_fatal = false,
+                             bool is_retriable = false) noexcept;
+
  private:
-  TransferProducer(std::string topic, DeliveryCallback on_delivery);
-  void on_delivery(const rd_kafka_message_t& m) override;
+  struct ClientDeleter {
+    void operator()(rd_kafka_t* rk) const noexcept;  // rd_kafka_destroy
+  };
+
+  TransferProducer(std::string topic, DeliveryCallback on_delivery,
+                   std::chrono::milliseconds queue_full_wait);
+  static void delivery_report(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque);
+  void on_delivery(const rd_kafka_message_t& m);
+  Status produce_once(std::string_view key, std::string_view value, void* opaque,
+                      rd_kafka_resp_err_t& err);
+  int outq_len() const;
 
   std::string topic_;
   DeliveryCallback on_delivery_;
+  std::chrono::milliseconds queue_full_wait_;
   std::string buffer_;  // reused JSON buffer: no allocation per publish once warm
   std::uint64_t published_ = 0;
   std::uint64_t delivered_ = 0;
   std::uint64_t failed_ = 0;
   std::string first_error_;
-  std::unique_ptr<KafkaProducer> producer_;  // last: closed before the rest goes
+  std::unique_ptr<rd_kafka_t, ClientDeleter> rk_;  // last: closed before the rest goes
 };
 
 }  // namespace sagapool
