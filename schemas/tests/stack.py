@@ -2,6 +2,7 @@
 (tools/kafka/kafka.sh, the launcher users run), a SQLite ledger made with
 sagactl, and one saga-worker, all on loopback and in a temporary folder.
 Everything started here is stopped on leaving the `with` block, failed or not."""
+import ctypes
 import os
 import shutil
 import signal
@@ -15,6 +16,12 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 TOPICS = ("transfers.requests", "transfers.results", "transfers.dlq")
+
+
+def die_with_parent():
+    """In the child before exec: SIGTERM when this test dies, however it
+    dies (a ctest timeout kills it), so the launcher still stops its node."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_loopback_port() -> int:
@@ -64,7 +71,7 @@ class Stack:
         out = open(self.dir / "kafka.log", "w")
         self._kafka = subprocess.Popen(
             [str(self.source / "tools/kafka/kafka.sh"), "run", "--brokers", "1", "--dir", str(self.dir / "kafka")],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             for line in (self.dir / "kafka.log").read_text().splitlines():
@@ -117,7 +124,7 @@ class Stack:
         self._worker = subprocess.Popen(
             [str(self.bin / "saga-worker"), "--brokers", self.bootstrap, "--group", "schemas", "--store", self.store,
              "--worker-id", "w0", "--metrics-addr", f"127.0.0.1:{free_loopback_port()}"],
-            stdout=open(self.dir / "worker.log", "w"), stderr=subprocess.STDOUT)
+            stdout=open(self.dir / "worker.log", "w"), stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
 
     def stop_worker(self) -> int:
         """SIGTERM: the worker drains and exits 0."""
@@ -144,7 +151,7 @@ class Stack:
                 continue
             consumer.assign([TopicPartition(topic, p, start)])
             while since[(topic, p)] < end:
-                m = consumer.poll(5.0)
+                m = consumer.poll(15.0)
                 if m is None:
                     raise RuntimeError(f"{topic}[{p}]: nothing read at offset {since[(topic, p)]} of {end}")
                 if m.error():

@@ -264,16 +264,16 @@ def main(source: Path, bin_dir: Path) -> int:
         send(stack.bootstrap, valid_sent[:-1] + hostile_sent + valid_sent[-1:])
         run_example(source, stack.bootstrap)
         traffic = Traffic(stack)
-        left = traffic.settle(60)
+        left = traffic.settle(120)
         # Sent alone, once the rest is settled: the worker's producer batches
         # dead letters, and a batch the topic refuses as too large comes back
         # refused for every letter in it, each of which the worker then sends
         # cut and without its headers (seen here; a worker issue of its own).
         cut = hostile.cut_on_the_dead_letter_topic()
         send(stack.bootstrap, cut)
-        left += traffic.settle(60)
+        left += traffic.settle(120)
         traffic.consumer.close()
-        check(not left, f"{len(left)} requests neither dead-lettered nor settled after 60 s, "
+        check(not left, f"{len(left)} requests neither dead-lettered nor settled in time, "
                         f"e.g. {[short(r.value()) for r in left[:3]]}")
         check(stack.stop_worker() == 0, f"the worker did not drain:\n{stack.log('worker.log')}")
         print(f"read {len(traffic.requests)} requests, {len(traffic.dead)} dead letters, "
