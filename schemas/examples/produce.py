@@ -4,8 +4,10 @@ request and waits for its outcome, checking both against the schemas.
     pip install confluent-kafka==2.16.1 jsonschema==4.26.0
     python produce.py --bootstrap kafka-1:9092 --id t-1 --from acct-1 --to acct-2 --amount 2500 [--currency EUR]
 
-Prints the outcome (one JSON line) and exits 0 when it arrived, 1 when none
-came within --timeout, 2 when the request is refused before sending."""
+Prints the outcome (one JSON line) and exits 0 when the transfer settled
+(done or canceled), 3 when the worker rejected this request (its dead
+letter says the same), 1 when no answer came within --timeout, 2 when the
+request is refused before sending."""
 import argparse
 import json
 import pathlib
@@ -55,12 +57,14 @@ def main() -> int:
 
     # Keyed by the source account; idempotent, so a retry never duplicates.
     producer = Producer({"bootstrap.servers": a.bootstrap, "enable.idempotence": True})
-    failed = []
+    failed, sent = [], []
     producer.produce("transfers.requests", key=a.source, value=json.dumps(request, separators=(",", ":")),
-                     on_delivery=lambda err, _msg: err and failed.append(err))
+                     on_delivery=lambda err, msg: failed.append(err) if err else sent.append(msg))
     if producer.flush(30) or failed:
         print(f"request not delivered: {failed or 'timed out'}", file=sys.stderr)
         return 1
+    # Where our message is: a `rejected` answer names the message it answers.
+    ours = {"topic": "transfers.requests", "partition": sent[0].partition(), "offset": sent[0].offset()}
 
     outcomes = validator("outcome")
     deadline = time.monotonic() + a.timeout
@@ -70,9 +74,11 @@ def main() -> int:
             continue
         outcome = json.loads(m.value())
         outcomes.validate(outcome)  # raises on a malformed outcome
+        if outcome["state"] == "rejected" and outcome["request"] != ours:
+            continue  # another message that reused this id was answered, not ours
         print(json.dumps(outcome))
         consumer.close()
-        return 0
+        return 3 if outcome["state"] == "rejected" else 0
     consumer.close()
     print(f"no outcome for {a.id} within {a.timeout:g} s", file=sys.stderr)
     return 1

@@ -207,11 +207,17 @@ def check_outcomes(t: Traffic, outcomes_schema):
         outcome = json.loads(m.value())
         errors = [e.message for e in outcomes_schema.iter_errors(outcome)]
         check(not errors, f"outcome {short(m.value())} fails the schema: {errors}")
-        key = outcome.get("id", outcome.get("transfer_id"))
-        check(m.key() == (key or "").encode(), f"outcome keyed {m.key()!r}: {short(m.value())}")
-        kind = outcome.get("state") or outcome.get("status")
+        check(m.key() == outcome.get("id", "").encode(), f"outcome keyed {m.key()!r}: {short(m.value())}")
+        kind = outcome.get("state")
         kinds[kind] = kinds.get(kind, 0) + 1
-    check(kinds.get("done", 0) > 0 and kinds.get("canceled", 0) > 0, f"outcomes by state: {kinds}")
+        if kind == "rejected":
+            # It answers a message that was dead-lettered for the same reason.
+            at = outcome.get("request", {})
+            letter = t.dead.get((at.get("partition"), at.get("offset")))
+            code = headers_object(letter.headers()).get("saga.error") if letter is not None else None
+            check(code == outcome.get("error"), f"rejected outcome {short(m.value())} answers no dead letter "
+                                                f"with its code (found {code})")
+    check(all(kinds.get(k, 0) > 0 for k in ("done", "canceled", "rejected")), f"outcomes by state: {kinds}")
     print(f"outcomes: {kinds}, every one valid")
 
 

@@ -57,7 +57,9 @@ def main(source: Path) -> int:
     ok_request = {"id": "t-1", "from": "a", "to": "b", "amount": 1}
     done = {"id": "t-1", "state": "done", "reason": None, "from": "a", "to": "b", "amount": 1, "currency": None,
             "metadata": None, "finished_at": "2026-11-21T19:30:00.123Z"}
-    rejected = {"transfer_id": "t-1", "status": "rejected", "reason": "bad_currency", "detail": "currency must be ..."}
+    rejected = {"id": "t-1", "state": "rejected", "reason": "invalid", "error": "bad_currency",
+                "message": "currency must be ...", "request": {"topic": "transfers.requests", "partition": 0, "offset": 7},
+                "finished_at": "2026-11-21T19:30:00.123Z"}
     letter = {"saga.reason": "invalid", "saga.error": "bad_id", "saga.message": "id must be ...",
               "saga.source.topic": "transfers.requests", "saga.source.partition": "0", "saga.source.offset": "7"}
     refused = {
@@ -70,8 +72,10 @@ def main(source: Path) -> int:
         "outcome": [{**done, "reason": "insufficient_funds"}, {**done, "state": "canceled"},
                     {**done, "state": "pending"}, {**done, "finished_at": "2026-11-21 19:30:00"},
                     {k: v for k, v in done.items() if k != "currency"}, {**done, "extra": 1},
-                    {**rejected, "reason": "insufficient_funds"}, {**rejected, "status": "refused"},
-                    {**rejected, "transfer_id": "a b"}, {k: v for k, v in rejected.items() if k != "detail"}],
+                    {**rejected, "reason": "insufficient_funds"}, {**rejected, "state": "refused"},
+                    {**rejected, "id": "a b"}, {k: v for k, v in rejected.items() if k != "message"},
+                    {**rejected, "reason": "conflict"}, {**rejected, "error": "conflict"},
+                    {**rejected, "request": {"topic": "transfers.requests", "partition": 0}}],
         "dead-letter-headers": [{**letter, "saga.error": "conflict"}, {**letter, "saga.reason": "conflict"},
                                 {**letter, "saga.error": "fake"}, {**letter, "saga.spoofed": "x"},
                                 {**letter, "saga.source.offset": "-1"}, {**letter, "saga.truncated": "true"},
@@ -81,7 +85,7 @@ def main(source: Path) -> int:
     }
     accepted = {"request": [ok_request, {**ok_request, "amount": 9223372036854775807, "currency": "EUR",
                                          "metadata": {"n": [1, None]}}],
-                "outcome": [done, rejected, {**done, "state": "canceled", "reason": "overflow", "currency": "EUR",
+                "outcome": [done, rejected, {**rejected, "reason": "conflict", "error": "conflict"}, {**done, "state": "canceled", "reason": "overflow", "currency": "EUR",
                                              "metadata": {"k": "v"}}],
                 "dead-letter-headers": [letter, {**letter, "traceparent": "00-...", "x-null": None},
                                         {**letter, "saga.reason": "conflict", "saga.error": "conflict"},
