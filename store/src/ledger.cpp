@@ -127,7 +127,7 @@ Status Ledger::older_workers(std::int64_t unregistered_gone_after_ms,
   // Builds from before the registry show only as owners of transfers whose
   // lease has not long ended. sagactl's own claims are not a worker's.
   std::vector<std::string> owners;
-  if (Status s = store.transfer_owners_since(now - unregistered_gone_after_ms, owners); !s) return s;
+  if (Status s = store.recent_owners(now - unregistered_gone_after_ms, owners); !s) return s;
   for (const std::string& owner : owners) {
     if (registered.contains(owner) || owner.starts_with("sagactl@")) continue;
     out.push_back("worker " + owner + " (not in the registry: a build of schema version 2 or "

@@ -190,8 +190,8 @@ TEST(PgStore, SchemaIsVersionedAndConcurrentInitsAreSerialised) {
   EXPECT_EQ(psql_value(server, db,
                        "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM "
                        "information_schema.tables WHERE table_name LIKE 'saga\\_%'"),
-            "saga_accounts,saga_leg_voids,saga_meta,saga_pending,saga_postings,saga_transfers,"
-            "saga_workers");
+            "saga_accounts,saga_leg_voids,saga_meta,saga_owners_seen,saga_pending,saga_postings,"
+            "saga_transfers,saga_workers");
 
   // A schema newer than this build is refused, not downgraded.
   EXPECT_EQ(server.psql(db, "UPDATE saga_meta SET schema_version = 99").exit_code, 0);
@@ -250,6 +250,7 @@ TEST(PgStore, InitExpandsAVersionTwoSchemaAndContractFinishesIt) {
   ASSERT_NE(s, nullptr);
   ASSERT_EQ(server.psql(db, R"(
       DROP TABLE saga_workers;
+      DROP TABLE saga_owners_seen;
       UPDATE saga_meta SET schema_version = 2, schema_expanded = NULL;
       CREATE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[],
           p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint)
@@ -277,6 +278,23 @@ TEST(PgStore, InitExpandsAVersionTwoSchemaAndContractFinishesIt) {
   // A later init does not bring it back.
   SAGA_ASSERT_OK(s->init_schema());
   EXPECT_EQ(psql_value(server, db, has_old_call), "0");
+}
+
+// A worker of version 2 never registers, and when idle holds no lease: its
+// recovery pass (saga_claim_expired, reinstalled by init) is what shows it.
+TEST(PgStore, ARecoveryPassMakesItsCallerARecentOwner) {
+  auto s = fresh_database("owners_seen").store;
+  ASSERT_NE(s, nullptr);
+  std::int64_t before = 0;
+  SAGA_ASSERT_OK(s->now_ms(before));
+  std::vector<TransferDoc> claimed;
+  SAGA_ASSERT_OK(s->claim_expired("idle-old-worker", 2'000, 10, claimed));
+  EXPECT_TRUE(claimed.empty());
+  std::vector<std::string> owners;
+  SAGA_ASSERT_OK(s->recent_owners(before, owners));
+  EXPECT_EQ(owners, std::vector<std::string>{"idle-old-worker"});
+  SAGA_ASSERT_OK(s->recent_owners(before + 60'000, owners));
+  EXPECT_TRUE(owners.empty());
 }
 
 TEST(PgStore, RecoveryAndStaleQueriesUseTheirPartialIndexes) {

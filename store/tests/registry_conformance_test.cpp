@@ -70,18 +70,18 @@ TEST_P(StoreTest, RegistryKeepsOneRowPerWorkerWithAHeartbeatOnTheStoreClock) {
   EXPECT_EQ(rows[0].worker_id, "w-2");
 }
 
-TEST_P(StoreTest, TransferOwnersSinceAreTheOwnersOfLeasesEndingThen) {
+TEST_P(StoreTest, RecentOwnersAreTheOwnersOfLeasesEndingThen) {
   InsertResult r{};
   SAGA_ASSERT_OK(insert_one(*store_, spec("t-1"), "w-old", 60'000, r));
   SAGA_ASSERT_OK(insert_one(*store_, spec("t-2"), "w-old", 60'000, r));
   SAGA_ASSERT_OK(insert_one(*store_, spec("t-3"), "w-short", 1'000, r));
   const std::int64_t now = store_now();
   std::vector<std::string> owners;
-  SAGA_ASSERT_OK(store_->transfer_owners_since(now, owners));
+  SAGA_ASSERT_OK(store_->recent_owners(now, owners));
   EXPECT_EQ(owners, (std::vector<std::string>{"w-old", "w-short"}));
-  SAGA_ASSERT_OK(store_->transfer_owners_since(now + 30'000, owners));
+  SAGA_ASSERT_OK(store_->recent_owners(now + 30'000, owners));
   EXPECT_EQ(owners, std::vector<std::string>{"w-old"});
-  SAGA_ASSERT_OK(store_->transfer_owners_since(now + 120'000, owners));
+  SAGA_ASSERT_OK(store_->recent_owners(now + 120'000, owners));
   EXPECT_TRUE(owners.empty());
 }
 

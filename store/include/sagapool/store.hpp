@@ -272,8 +272,9 @@ class RegistryStore {
   virtual Status deregister_worker(std::string_view worker_id) = 0;
   virtual Status list_workers(std::vector<WorkerRecord>& out) = 0;
   // The distinct owners of transfers whose lease ends at or after
-  // `since_ms`: how builds from before the registry are seen at work.
-  virtual Status transfer_owners_since(std::int64_t since_ms, std::vector<std::string>& out) = 0;
+  // `since_ms` and, on PostgreSQL, of recovery passes run since then
+  // (saga_owners_seen): how builds from before the registry are seen.
+  virtual Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) = 0;
 
  protected:
   ~RegistryStore() = default;

@@ -478,7 +478,7 @@ class MemoryStore final : public Store {
     return Status::ok();
   }
 
-  Status transfer_owners_since(std::int64_t since_ms, std::vector<std::string>& out) override {
+  Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
     std::lock_guard lock(db_->mu_);
     out.clear();
     if (Status s = gate(); !s) return s;

@@ -117,6 +117,12 @@ CREATE OR REPLACE FUNCTION saga_claim_expired(p_owner text, p_lease_ms bigint, p
 DECLARE
   v_now bigint := saga_now_ms();
 BEGIN
+  -- Every worker calls this each recovery interval: the caller is seen
+  -- (written at most once a second), which is how `sagactl migrate
+  -- --contract` sees builds from before the worker registry.
+  INSERT INTO saga_owners_seen AS s (owner, seen_ms) VALUES (p_owner, v_now)
+    ON CONFLICT (owner) DO UPDATE SET seen_ms = EXCLUDED.seen_ms
+    WHERE s.seen_ms < EXCLUDED.seen_ms - 1000;
   RETURN QUERY
     UPDATE saga_transfers t
       SET owner = p_owner, epoch = t.epoch + 1, attempts = t.attempts + 1,

@@ -134,6 +134,8 @@ DELETE FROM saga_workers WHERE worker_id = $1;
 SELECT worker_id, build_version, git_revision, schema_version, lease_ms, heartbeat_ms
   FROM saga_workers ORDER BY worker_id;
 
--- name: saga_transfer_owners_since
+-- name: saga_recent_owners
 -- An operator's command, once per upgrade: it may scan the table.
-SELECT DISTINCT owner FROM saga_transfers WHERE lease_until_ms >= $1 ORDER BY owner;
+SELECT owner FROM saga_transfers WHERE lease_until_ms >= $1
+UNION SELECT owner FROM saga_owners_seen WHERE seen_ms >= $1
+ORDER BY 1;

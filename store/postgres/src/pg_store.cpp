@@ -796,12 +796,12 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
-  Status transfer_owners_since(std::int64_t since_ms, std::vector<std::string>& out) override {
+  Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
     out.clear();
     Params p;
     p.int64(since_ms);
     ResultPtr r;
-    if (Status s = run(Sql::transfer_owners_since, p, r, "transfer owners"); !s) return s;
+    if (Status s = run(Sql::recent_owners, p, r, "recent owners"); !s) return s;
     for (int row = 0; row < PQntuples(r.get()); ++row) out.emplace_back(pg::value(r.get(), row, 0));
     return Status::ok();
   }

@@ -191,5 +191,5 @@ DELETE FROM workers WHERE worker_id = ?1;
 SELECT worker_id, build_version, git_revision, schema_version, lease_ms, heartbeat_ms
   FROM workers ORDER BY worker_id;
 
--- name: transfer_owners_since
+-- name: recent_owners
 SELECT DISTINCT owner FROM transfers WHERE lease_until >= ?1 ORDER BY owner;

@@ -600,16 +600,16 @@ class SqliteStore final : public Store {
     return Status::ok();
   }
 
-  Status transfer_owners_since(std::int64_t since_ms, std::vector<std::string>& out) override {
+  Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
     out.clear();
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("transfer_owners_since", st); !s) return s;
+    if (Status s = prepare("recent_owners", st); !s) return s;
     bind_arg(st, 1, since_ms);
     for (;;) {
       const int rc = sqlite3_step(st->get());
       if (rc == SQLITE_DONE) break;
-      if (rc != SQLITE_ROW) return error(rc, "transfer owners");
+      if (rc != SQLITE_ROW) return error(rc, "recent owners");
       out.push_back(column_text(st->get(), 0));
     }
     sqlite3_reset(st->get());

@@ -151,8 +151,8 @@ class FaultStore final : public Store {
   Status list_workers(std::vector<WorkerRecord>& out) override {
     return call("list_workers", [&] { return inner_->list_workers(out); });
   }
-  Status transfer_owners_since(std::int64_t since_ms, std::vector<std::string>& out) override {
-    return call("transfer_owners_since", [&] { return inner_->transfer_owners_since(since_ms, out); });
+  Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
+    return call("recent_owners", [&] { return inner_->recent_owners(since_ms, out); });
   }
 
  private:

@@ -8,3 +8,10 @@ CREATE TABLE IF NOT EXISTS saga_workers (
   lease_ms bigint NOT NULL,
   heartbeat_ms bigint NOT NULL
 );
+-- Who ran a recovery pass (saga_claim_expired) when, busy or idle: how a
+-- worker of version 2, which never registers, is seen even while it holds
+-- no lease. One row per worker id ever seen.
+CREATE TABLE IF NOT EXISTS saga_owners_seen (
+  owner text PRIMARY KEY,
+  seen_ms bigint NOT NULL
+);
