@@ -124,14 +124,15 @@ Status Ledger::older_workers(std::int64_t unregistered_gone_after_ms,
                   w.git_revision + ", schema version " + std::to_string(w.schema_version) +
                   ", heartbeat " + std::to_string(silent_ms / 1000) + "s ago)");
   }
-  // Builds from before the registry show only as owners of transfers whose
-  // lease has not long ended. sagactl's own claims are not a worker's.
+  // Builds from before the registry show only through recent_owners (the
+  // leases they hold; on PostgreSQL, their recovery passes too). sagactl's
+  // own claims are not a worker's.
   std::vector<std::string> owners;
   if (Status s = store.recent_owners(now - unregistered_gone_after_ms, owners); !s) return s;
   for (const std::string& owner : owners) {
     if (registered.contains(owner) || owner.starts_with("sagactl@")) continue;
     out.push_back("worker " + owner + " (not in the registry: a build of schema version 2 or "
-                  "older; it held a lease within the last " +
+                  "older; seen at work within the last " +
                   std::to_string(unregistered_gone_after_ms / 1000) + "s)");
   }
   return Status::ok();
