@@ -150,7 +150,8 @@ class RollingUpgrade : public testing::Test {
       ASSERT_TRUE(s.is_ok()) << s.message();
     }
     for (int i = 0; i < kWorkers; ++i) {
-      workers_.emplace("old-" + std::to_string(i), start_worker(previous("saga-worker"), "old-" + std::to_string(i)));
+      const std::string name = "old-" + std::to_string(i);
+      workers_.emplace(name, start_worker(previous("saga-worker"), name));
     }
     start_producing();
     ASSERT_TRUE(eventually([&] { return sent_.load() >= 200; }, 60s));
@@ -159,7 +160,8 @@ class RollingUpgrade : public testing::Test {
     r = ctl(bin("sagactl"), {"init"});
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("upgraded schema from version 2"), std::string::npos) << r.output;
-    // The old workers run on (they fail a batch on a schema they cannot use).
+    // The old workers run on: a store error they cannot retry would have
+    // stopped them.
     std::this_thread::sleep_for(3s);
     for (auto& [name, p] : workers_) EXPECT_TRUE(p.running()) << name << " stopped after the expand";
     // A restarted old pod starts on the expanded schema too (a rollback).
