@@ -1,6 +1,7 @@
 #include "sagapool/ledger.hpp"
 
 #include <random>
+#include <set>
 #include <stdexcept>
 
 namespace sagapool {
@@ -59,13 +60,13 @@ Status Ledger::verify_topology() {
       return Status::fatal(store.display_name() +
                            " is not initialised; run `sagactl init` with the same --store list");
     }
-    if (t->schema_version < kSchemaVersion) {
+    if (t->schema_expanded < kSchemaVersion) {
       return Status::fatal(store.display_name() + " has schema version " +
-                           std::to_string(t->schema_version) + ", this program needs " +
+                           std::to_string(t->schema_expanded) + ", this program needs " +
                            std::to_string(kSchemaVersion) + "; run `sagactl init` to upgrade");
     }
     if (t->schema_version > kSchemaVersion) {
-      return Status::fatal(store.display_name() + " has schema version " +
+      return Status::fatal(store.display_name() + " was contracted to schema version " +
                            std::to_string(t->schema_version) +
                            ", newer than this program knows (" + std::to_string(kSchemaVersion) +
                            "); upgrade the program");
@@ -91,7 +92,7 @@ Status Ledger::init() {
     if (Status s = store.read_topology(t); !s) return s;
     if (i == 0) ledger_id = t ? t->ledger_id : new_ledger_id();
     const Topology want{ledger_id, static_cast<int>(i), static_cast<int>(stores_.size()),
-                        kSchemaVersion};
+                        kSchemaVersion, kSchemaVersion};
     if (t && (t->ledger_id != want.ledger_id || t->shard_index != want.shard_index ||
               t->shard_count != want.shard_count)) {
       return Status::fatal(store.display_name() + " is already " + describe(*t) +
@@ -101,6 +102,45 @@ Status Ledger::init() {
     if (!t) {
       if (Status s = store.write_topology(want); !s) return s;
     }
+  }
+  return verify_topology();
+}
+
+Status Ledger::older_workers(std::int64_t unregistered_gone_after_ms,
+                             std::vector<std::string>& out) {
+  out.clear();
+  Store& store = transfers();
+  std::int64_t now = 0;
+  if (Status s = store.now_ms(now); !s) return s;
+  std::vector<WorkerRecord> workers;
+  if (Status s = store.list_workers(workers); !s) return s;
+  std::set<std::string, std::less<>> registered;
+  for (const WorkerRecord& w : workers) {
+    const std::int64_t silent_ms = now - w.heartbeat_ms;
+    const bool live = silent_ms <= kWorkerGoneLeases * w.lease_ms;
+    if (live) registered.insert(w.worker_id);
+    if (!live || w.schema_version >= kSchemaVersion) continue;
+    out.push_back("worker " + w.worker_id + " (build " + w.build_version + ", revision " +
+                  w.git_revision + ", schema version " + std::to_string(w.schema_version) +
+                  ", heartbeat " + std::to_string(silent_ms / 1000) + "s ago)");
+  }
+  // Builds from before the registry show only through recent_owners (the
+  // leases they hold; on PostgreSQL, their recovery passes too). sagactl's
+  // own claims are not a worker's.
+  std::vector<std::string> owners;
+  if (Status s = store.recent_owners(now - unregistered_gone_after_ms, owners); !s) return s;
+  for (const std::string& owner : owners) {
+    if (registered.contains(owner) || owner.starts_with("sagactl@")) continue;
+    out.push_back("worker " + owner + " (not in the registry: a build of schema version 2 or "
+                  "older; seen at work within the last " +
+                  std::to_string(unregistered_gone_after_ms / 1000) + "s)");
+  }
+  return Status::ok();
+}
+
+Status Ledger::contract() {
+  for (auto& store : stores_) {
+    if (Status s = store->contract_schema(); !s) return s;
   }
   return verify_topology();
 }

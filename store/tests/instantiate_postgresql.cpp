@@ -190,7 +190,8 @@ TEST(PgStore, SchemaIsVersionedAndConcurrentInitsAreSerialised) {
   EXPECT_EQ(psql_value(server, db,
                        "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM "
                        "information_schema.tables WHERE table_name LIKE 'saga\\_%'"),
-            "saga_accounts,saga_leg_voids,saga_meta,saga_pending,saga_postings,saga_transfers");
+            "saga_accounts,saga_leg_voids,saga_meta,saga_owners_seen,saga_pending,saga_postings,"
+            "saga_transfers,saga_workers");
 
   // A schema newer than this build is refused, not downgraded.
   EXPECT_EQ(server.psql(db, "UPDATE saga_meta SET schema_version = 99").exit_code, 0);
@@ -216,14 +217,16 @@ TEST(PgStore, InitUpgradesAVersionOneSchemaWithItsReservations) {
   // Back to what version 1 had.
   ASSERT_EQ(server.psql(db, "ALTER TABLE saga_accounts DROP COLUMN reserved; "
                             "ALTER TABLE saga_pending DROP COLUMN reserved; "
-                            "UPDATE saga_meta SET schema_version = 1")
+                            "UPDATE saga_meta SET schema_version = 1, schema_expanded = NULL")
                 .exit_code,
             0);
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE("init #" + std::to_string(round + 1));
     SAGA_ASSERT_OK(s->init_schema());
-    EXPECT_EQ(psql_value(server, db, "SELECT schema_version FROM saga_meta"),
-              std::to_string(kSchemaVersion));
+    // Version 2 is one step (the floor follows it); version 3 is an expand
+    // step that version-2 builds run beside.
+    EXPECT_EQ(psql_value(server, db, "SELECT schema_version || '/' || schema_expanded FROM saga_meta"),
+              "2/" + std::to_string(kSchemaVersion));
     EXPECT_EQ(psql_value(server, db, "SELECT id || '=' || reserved FROM saga_accounts ORDER BY id"),
               "a=500\nb=0");
   }
@@ -236,6 +239,62 @@ TEST(PgStore, InitUpgradesAVersionOneSchemaWithItsReservations) {
   ASSERT_TRUE(a);
   EXPECT_EQ(a->reserved, 200);
   EXPECT_EQ(a->balance, 500);
+}
+
+// A store as version 2 left it (no registry, no schema_expanded, the call
+// of schema 2's first builds installed): init expands it to version 3 and
+// keeps everything version-2 builds use, so they run on; the contract then
+// drops the old call and raises the floor, which version-2 builds refuse.
+TEST(PgStore, InitExpandsAVersionTwoSchemaAndContractFinishesIt) {
+  auto [server, db, s] = fresh_database("expand_contract");
+  ASSERT_NE(s, nullptr);
+  ASSERT_EQ(server.psql(db, R"(
+      DROP TABLE saga_workers;
+      DROP TABLE saga_owners_seen;
+      UPDATE saga_meta SET schema_version = 2, schema_expanded = NULL;
+      CREATE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[],
+          p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint)
+        RETURNS SETOF bigint LANGUAGE sql VOLATILE AS $$
+        SELECT saga_transition_at(p_id, p_from, p_to, p_reason, p_owner, p_epoch, p_lease_ms,
+                                  NULL::bigint) $$;)")
+                .exit_code,
+            0);
+  const std::string has_old_call =
+      "SELECT count(*) FROM pg_proc WHERE proname = 'saga_transition'";
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("init #" + std::to_string(round + 1));
+    SAGA_ASSERT_OK(s->init_schema());
+    EXPECT_EQ(psql_value(server, db, "SELECT schema_version || '/' || schema_expanded FROM saga_meta"),
+              "2/" + std::to_string(kSchemaVersion));
+    EXPECT_EQ(psql_value(server, db, has_old_call), "1");
+    EXPECT_EQ(psql_value(server, db, "SELECT to_regclass('saga_workers') IS NOT NULL"), "t");
+  }
+  // What version-2 builds read at start: the version they require.
+  EXPECT_EQ(psql_value(server, db, "SELECT schema_version FROM saga_meta"), "2");
+  SAGA_ASSERT_OK(s->contract_schema());
+  EXPECT_EQ(psql_value(server, db, "SELECT schema_version || '/' || schema_expanded FROM saga_meta"),
+            std::to_string(kSchemaVersion) + "/" + std::to_string(kSchemaVersion));
+  EXPECT_EQ(psql_value(server, db, has_old_call), "0");
+  // A later init does not bring it back.
+  SAGA_ASSERT_OK(s->init_schema());
+  EXPECT_EQ(psql_value(server, db, has_old_call), "0");
+}
+
+// A worker of version 2 never registers, and when idle holds no lease: its
+// recovery pass (saga_claim_expired, reinstalled by init) is what shows it.
+TEST(PgStore, ARecoveryPassMakesItsCallerARecentOwner) {
+  auto s = fresh_database("owners_seen").store;
+  ASSERT_NE(s, nullptr);
+  std::int64_t before = 0;
+  SAGA_ASSERT_OK(s->now_ms(before));
+  std::vector<TransferDoc> claimed;
+  SAGA_ASSERT_OK(s->claim_expired("idle-old-worker", 2'000, 10, claimed));
+  EXPECT_TRUE(claimed.empty());
+  std::vector<std::string> owners;
+  SAGA_ASSERT_OK(s->recent_owners(before, owners));
+  EXPECT_EQ(owners, std::vector<std::string>{"idle-old-worker"});
+  SAGA_ASSERT_OK(s->recent_owners(before + 60'000, owners));
+  EXPECT_TRUE(owners.empty());
 }
 
 TEST(PgStore, RecoveryAndStaleQueriesUseTheirPartialIndexes) {

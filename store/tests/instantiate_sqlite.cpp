@@ -73,4 +73,45 @@ TEST(SqliteStore, InitUpgradesAVersionOneFileWithItsReservations) {
   EXPECT_EQ(a->reserved, 200);
 }
 
+// A file as version 2 left it (no workers table, no schema_expanded): init
+// expands it and keeps the version version-2 builds require; the contract
+// raises it.
+TEST(SqliteStore, InitExpandsAVersionTwoFileAndContractRaisesItsFloor) {
+  TempDir dir("sagapool-expand");
+  const std::string path = (dir.path() / "store.db").string();
+  std::unique_ptr<Store> store;
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, store));
+  SAGA_ASSERT_OK(store->init_schema());
+  SAGA_ASSERT_OK(store->write_topology({"ledger-1", 0, 1, kSchemaVersion, kSchemaVersion}));
+  store.reset();
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  exec(raw, "DROP TABLE workers; UPDATE meta SET value = '2' WHERE key = 'schema_version'; "
+            "DELETE FROM meta WHERE key = 'schema_expanded';");
+  sqlite3_close(raw);
+
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, store));
+  std::optional<Topology> t;
+  SAGA_ASSERT_OK(store->read_topology(t));
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->schema_expanded, 2);
+  EXPECT_FALSE(schema_runs(*t, kSchemaVersion));
+  EXPECT_EQ(store->contract_schema().kind(), ErrorKind::fatal);  // init first
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("init #" + std::to_string(round + 1));
+    SAGA_ASSERT_OK(store->init_schema());
+    SAGA_ASSERT_OK(store->read_topology(t));
+    ASSERT_TRUE(t.has_value());
+    EXPECT_EQ(t->schema_version, 2);
+    EXPECT_EQ(t->schema_expanded, kSchemaVersion);
+    EXPECT_TRUE(schema_runs(*t, kSchemaVersion));
+  }
+  SAGA_ASSERT_OK(store->register_worker({"w", "v", "r", kSchemaVersion, 1000, 0}));
+  SAGA_ASSERT_OK(store->contract_schema());
+  SAGA_ASSERT_OK(store->read_topology(t));
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->schema_version, kSchemaVersion);
+  EXPECT_FALSE(schema_runs(*t, 2));
+}
+
 }  // namespace sagapool::test

@@ -6,7 +6,8 @@
 // Exit codes (also in --help):
 //   0 done; 1 failed (store error, audit found a violation, input rejected);
 //   2 usage or configuration (bad flag or argument, unusable or mismatched
-//   stores); 3 refused in the transfer's state; 4 no such transfer/account.
+//   stores); 3 refused in the transfer's state (migrate: while older
+//   workers run); 4 no such transfer/account.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -37,6 +38,7 @@ struct Action {
 void add_init_and_audit_commands(CLI::App& app, Action& action);
 void add_account_commands(CLI::App& app, Action& action);
 void add_transfer_commands(CLI::App& app, Action& action);
+void add_migrate_commands(CLI::App& app, Action& action);
 
 // The import itself lives apart from the other account commands.
 int import_accounts(Ledger& ledger, const std::string& file);

@@ -14,7 +14,11 @@ namespace {
 
 std::string topology_text(const Topology& t) {
   return "shard " + std::to_string(t.shard_index + 1) + " of " + std::to_string(t.shard_count) +
-         " of ledger " + t.ledger_id + ", schema version " + std::to_string(t.schema_version);
+         " of ledger " + t.ledger_id + ", schema version " + std::to_string(t.schema_expanded) +
+         (t.schema_version < t.schema_expanded
+              ? " (builds of version " + std::to_string(t.schema_version) +
+                    " may still run on it: `sagactl migrate --contract` once they are gone)"
+              : std::string());
 }
 
 int run_init(Ledger& ledger) {
@@ -31,8 +35,8 @@ int run_init(Ledger& ledger) {
     std::cout << store.display_name() << ": ";
     if (!before[i]) {
       std::cout << "created schema; recorded as " << topology_text(*after) << '\n';
-    } else if (before[i]->schema_version != after->schema_version) {
-      std::cout << "upgraded schema from version " << before[i]->schema_version << "; "
+    } else if (before[i]->schema_expanded != after->schema_expanded) {
+      std::cout << "upgraded schema from version " << before[i]->schema_expanded << "; "
                 << topology_text(*after) << '\n';
     } else {
       std::cout << "already initialised (" << topology_text(*after) << "); schema checked\n";

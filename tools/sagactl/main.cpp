@@ -23,7 +23,8 @@ using namespace sagapool;
 constexpr const char* kExitCodes =
     "Exit codes: 0 done; 1 failed (store error, audit violation, input rejected);\n"
     "2 usage or configuration (bad flag or argument, stores unusable or not the\n"
-    "ledger `init` recorded); 3 refused in the transfer's state; 4 not found;\n"
+    "ledger `init` recorded); 3 refused in the transfer's state (migrate: while\n"
+    "older workers run); 4 not found;\n"
     "5 (cancel) canceled by someone else, for their reason, not by this command.";
 
 int run(int argc, char** argv) {
@@ -45,6 +46,7 @@ int run(int argc, char** argv) {
   ctl::add_init_and_audit_commands(app, action);
   ctl::add_account_commands(app, action);
   ctl::add_transfer_commands(app, action);
+  ctl::add_migrate_commands(app, action);
 
   init_tool_logging("sagactl");
   finish_cli(app);

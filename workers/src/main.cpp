@@ -20,6 +20,7 @@
 #include "sagapool/probe.hpp"
 #include "sagapool/store_collector.hpp"
 #include "sagapool/worker.hpp"
+#include "registration.hpp"
 
 namespace {
 
@@ -106,6 +107,11 @@ int main(int argc, char** argv) {
   std::unique_ptr<Ledger> ledger;
   if (Status s = Ledger::open(stores, ledger); !s) return bad(s.message());
   if (Status s = ledger->verify_topology(); !s) return bad(s.message());
+  // In the registry (the first store) until a clean exit; see registration.hpp.
+  std::unique_ptr<WorkerRegistration> registration;
+  if (Status s = WorkerRegistration::start(stores.front(), o.worker_id, o.lease_ms, registration); !s) {
+    return bad("worker registry: " + s.message());
+  }
 
   // Metrics and probes start before the broker check, so /livez answers
   // while the worker waits for Kafka.
@@ -195,6 +201,7 @@ int main(int argc, char** argv) {
   http.reset();  // no request may see the worker go
   running.store(nullptr, std::memory_order_release);
   worker.reset();
+  registration.reset();
   if (!s) {
     spdlog::error("stopping on a fatal error: {}", s.message());
     spdlog::shutdown();

@@ -34,9 +34,20 @@ class Ledger {
   // Fails with a clear message unless every store was initialised by
   // `sagactl init` for exactly this list of stores in this order.
   Status verify_topology();
-  // Creates or upgrades every schema and records the topology; refuses to
-  // re-shard an initialised ledger.
+  // Creates every schema or applies its expand steps (which old builds run
+  // beside), and records the topology; refuses to re-shard an initialised
+  // ledger.
   Status init();
+  // The live workers that need what the contract removes, one line each:
+  // registered workers of an older schema version whose heartbeat is
+  // recent (kWorkerGoneLeases of their lease), and owners of transfers
+  // leased within `unregistered_gone_after_ms` that are not registered
+  // (builds from before the registry). Empty: contract() may run.
+  Status older_workers(std::int64_t unregistered_gone_after_ms, std::vector<std::string>& out);
+  // Applies every store's contract steps and raises its floor to this
+  // build's version: older builds refuse to start on it afterwards. Check
+  // older_workers() first.
+  Status contract();
 
   Store& transfers() noexcept { return *stores_.front(); }
   std::size_t shard_count() const noexcept { return stores_.size(); }

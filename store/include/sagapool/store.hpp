@@ -31,10 +31,17 @@
 
 namespace sagapool {
 
-// 2: accounts carry `reserved` and pending entries the amount they reserve.
-// A writer that does not keep them would break the credit rule, so every
-// process refuses a store at another version (`sagactl init` upgrades).
-inline constexpr int kSchemaVersion = 2;
+// The schema this build is written for. Versions change the schema in two
+// steps (expand/contract, docs/design-additions.md "Schema versions"):
+// `sagactl init` applies a version's expand step, which only adds what the
+// programs of the previous version tolerate, and `sagactl migrate
+// --contract` later removes what only they needed and raises the store's
+// floor (Topology::schema_version) to this version.
+// 2: accounts carry `reserved` and pending entries the amount they reserve
+//    (applied in one step: a version-1 writer would break the credit rule).
+// 3: the worker registry (expand); the contract drops saga_transition, the
+//    call of schema 2's first builds (PostgreSQL).
+inline constexpr int kSchemaVersion = 3;
 
 // Recorded in every store by `sagactl init` so that processes given the
 // stores in another number or order refuse to start instead of misplacing
@@ -43,8 +50,19 @@ struct Topology {
   std::string ledger_id;  // shared by all shards of one ledger
   int shard_index = 0;
   int shard_count = 1;
+  // The floor: every program running on the store must be built for at
+  // least this version. Programs from before expand/contract require it to
+  // equal their own version, so only `migrate --contract` raises it.
   int schema_version = 0;
+  // The newest version whose expand step the store holds (>= schema_version).
+  int schema_expanded = 0;
 };
+
+// A program may run on a store whose floor it knows and which holds its
+// own version's additions.
+inline bool schema_runs(const Topology& t, int program_version) noexcept {
+  return t.schema_version <= program_version && t.schema_expanded >= program_version;
+}
 
 // ---- transfer documents (held by the first store) -------------------------
 
@@ -230,6 +248,38 @@ class OperatorStore {
   ~OperatorStore() = default;
 };
 
+// ---- the worker registry (held by the first store) ------------------------
+
+// What a running worker records about itself, refreshed every heartbeat on
+// the store's clock. A worker whose heartbeat is older than
+// kWorkerGoneLeases of its leases is gone (killed without deregistering).
+struct WorkerRecord {
+  std::string worker_id;
+  std::string build_version;
+  std::string git_revision;
+  int schema_version = 0;  // kSchemaVersion of its build
+  std::int64_t lease_ms = 0;
+  std::int64_t heartbeat_ms = 0;  // set by the store
+};
+inline constexpr std::int64_t kWorkerGoneLeases = 3;
+
+// Workers announce themselves; `sagactl migrate --contract` reads who is
+// live before it removes what older builds need.
+class RegistryStore {
+ public:
+  // Inserts or refreshes the worker's row; heartbeat_ms := the store's now.
+  virtual Status register_worker(const WorkerRecord& w) = 0;
+  virtual Status deregister_worker(std::string_view worker_id) = 0;
+  virtual Status list_workers(std::vector<WorkerRecord>& out) = 0;
+  // The distinct owners of transfers whose lease ends at or after
+  // `since_ms` and, on PostgreSQL, of recovery passes run since then
+  // (saga_owners_seen): how builds from before the registry are seen.
+  virtual Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) = 0;
+
+ protected:
+  ~RegistryStore() = default;
+};
+
 // Whole-table reads for the audit (engine/audit.cpp). A callback must not
 // call the store.
 class AuditStore {
@@ -249,7 +299,8 @@ class Store : public StageStore,
               public IngestStore,
               public RecoveryStore,
               public OperatorStore,
-              public AuditStore {
+              public AuditStore,
+              public RegistryStore {
  public:
   virtual ~Store() = default;
   Store() = default;
@@ -260,7 +311,14 @@ class Store : public StageStore,
   virtual const std::string& display_name() const noexcept = 0;
 
   // Schema and topology.
-  virtual Status init_schema() = 0;  // create or upgrade; idempotent
+  // Create, or apply every expand step up to kSchemaVersion; idempotent.
+  // A store made here from nothing is contracted too (no older program can
+  // be running on it).
+  virtual Status init_schema() = 0;
+  // Apply the contract steps up to kSchemaVersion and raise the floor to
+  // it. Checking that no older program still runs is the caller's job
+  // (Ledger::contract).
+  virtual Status contract_schema() = 0;
   virtual Status read_topology(std::optional<Topology>& out) = 0;  // nullopt: not initialised
   virtual Status write_topology(const Topology& t) = 0;
   virtual Status now_ms(std::int64_t& out) = 0;  // the store's clock

@@ -56,11 +56,24 @@ class MemoryStore final : public Store {
   Status init_schema() override {
     std::lock_guard lock(db_->mu_);
     if (Status s = gate(false); !s) return s;
-    if (db_->schema_version_ > kSchemaVersion) {
+    if (std::max(db_->schema_version_, db_->schema_expanded_) > kSchemaVersion) {
       return Status::fatal(name_ + " has schema version " + std::to_string(db_->schema_version_) +
                            ", newer than this program knows (" + std::to_string(kSchemaVersion) + ")");
     }
+    if (!db_->initialised_) db_->schema_version_ = kSchemaVersion;  // nothing older ran on it
     db_->initialised_ = true;
+    db_->schema_expanded_ = kSchemaVersion;
+    return Status::ok();
+  }
+
+  // The memory store has nothing to drop: the contract raises the floor.
+  Status contract_schema() override {
+    std::lock_guard lock(db_->mu_);
+    if (Status s = gate(); !s) return s;
+    if (db_->schema_expanded_ < kSchemaVersion) {
+      return Status::fatal(name_ + " is not at schema version " + std::to_string(kSchemaVersion) +
+                           " yet; run `sagactl init` first");
+    }
     db_->schema_version_ = kSchemaVersion;
     return Status::ok();
   }
@@ -72,6 +85,7 @@ class MemoryStore final : public Store {
     if (!db_->initialised_ || !db_->topology_) return Status::ok();
     out = *db_->topology_;
     out->schema_version = db_->schema_version_;
+    out->schema_expanded = db_->schema_expanded_;
     return Status::ok();
   }
 
@@ -437,6 +451,42 @@ class MemoryStore final : public Store {
     std::lock_guard lock(db_->mu_);
     if (Status s = gate(); !s) return s;
     for (const auto& [key, row] : db_->postings_) fn(row.posting);
+    return Status::ok();
+  }
+
+  Status register_worker(const WorkerRecord& w) override {
+    std::lock_guard lock(db_->mu_);
+    if (Status s = gate(); !s) return s;
+    WorkerRecord& row = db_->workers_[w.worker_id];
+    row = w;
+    row.heartbeat_ms = db_->clock_->now_ms();
+    return Status::ok();
+  }
+
+  Status deregister_worker(std::string_view worker_id) override {
+    std::lock_guard lock(db_->mu_);
+    if (Status s = gate(); !s) return s;
+    if (auto it = db_->workers_.find(worker_id); it != db_->workers_.end()) db_->workers_.erase(it);
+    return Status::ok();
+  }
+
+  Status list_workers(std::vector<WorkerRecord>& out) override {
+    std::lock_guard lock(db_->mu_);
+    out.clear();
+    if (Status s = gate(); !s) return s;
+    for (const auto& [id, w] : db_->workers_) out.push_back(w);
+    return Status::ok();
+  }
+
+  Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
+    std::lock_guard lock(db_->mu_);
+    out.clear();
+    if (Status s = gate(); !s) return s;
+    std::set<std::string> owners;
+    for (const auto& [id, d] : db_->transfers_) {
+      if (d.lease_until_ms >= since_ms) owners.insert(d.owner);
+    }
+    out.assign(owners.begin(), owners.end());
     return Status::ok();
   }
 

@@ -66,7 +66,6 @@ END $$;
 -- an id twice (the engine never sends one) is applied one record at a time,
 -- so a later record sees the earlier one's change. p_now: the time to write,
 -- NULL for now; a call split over several statements writes one time.
-DROP FUNCTION IF EXISTS saga_transition(text[], text[], text[], text[], text[], bigint[], bigint);
 CREATE OR REPLACE FUNCTION saga_transition_at(p_id text[], p_from text[], p_to text[],
     p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint, p_now bigint)
   RETURNS SETOF bigint LANGUAGE plpgsql VOLATILE AS $$
@@ -105,12 +104,10 @@ BEGIN
         RETURNING u.n)
     SELECT CASE WHEN upd.n IS NOT NULL THEN v_now END FROM u LEFT JOIN upd ON upd.n = u.n ORDER BY u.n;
 END $$;
--- The call of schema 2's first builds, kept for their workers.
-CREATE FUNCTION saga_transition(p_id text[], p_from text[], p_to text[],
-    p_reason text[], p_owner text[], p_epoch bigint[], p_lease_ms bigint)
-  RETURNS SETOF bigint LANGUAGE sql VOLATILE AS $$
-  SELECT saga_transition_at(p_id, p_from, p_to, p_reason, p_owner, p_epoch, p_lease_ms, NULL::bigint)
-$$;
+-- saga_transition(p_id, p_from, p_to, p_reason, p_owner, p_epoch,
+-- p_lease_ms), the call of schema 2's first builds, is left as those builds'
+-- `init` made it until version 3's contract step drops it: reinstalling it
+-- here would bring it back after the contract.
 
 -- SKIP LOCKED: concurrent claimers split the expired rows between them and
 -- never claim the same one; a row changed since the snapshot is re-checked
@@ -120,6 +117,12 @@ CREATE OR REPLACE FUNCTION saga_claim_expired(p_owner text, p_lease_ms bigint, p
 DECLARE
   v_now bigint := saga_now_ms();
 BEGIN
+  -- Every worker calls this each recovery interval: the caller is seen
+  -- (written at most once a second), which is how `sagactl migrate
+  -- --contract` sees builds from before the worker registry.
+  INSERT INTO saga_owners_seen AS s (owner, seen_ms) VALUES (p_owner, v_now)
+    ON CONFLICT (owner) DO UPDATE SET seen_ms = EXCLUDED.seen_ms
+    WHERE s.seen_ms < EXCLUDED.seen_ms - 1000;
   RETURN QUERY
     UPDATE saga_transfers t
       SET owner = p_owner, epoch = t.epoch + 1, attempts = t.attempts + 1,

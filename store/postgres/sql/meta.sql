@@ -5,4 +5,9 @@ CREATE TABLE IF NOT EXISTS saga_meta (
   ledger_id text,
   shard_index integer,
   shard_count integer
-)
+);
+-- schema_version is the floor: the oldest build that may run here (builds
+-- before version 3 require it to equal their own). schema_expanded: the
+-- newest version whose expand step is applied (NULL before version 3: the
+-- same as schema_version).
+ALTER TABLE saga_meta ADD COLUMN IF NOT EXISTS schema_expanded integer

@@ -8,7 +8,10 @@
 SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 
 -- name: saga_read_meta
-SELECT schema_version, ledger_id, shard_index, shard_count FROM saga_meta;
+-- Through jsonb: a store from before version 3 has no schema_expanded yet.
+SELECT schema_version, ledger_id, shard_index, shard_count,
+       coalesce((to_jsonb(m) ->> 'schema_expanded')::integer, schema_version)
+  FROM saga_meta m;
 
 -- name: saga_write_topology
 UPDATE saga_meta SET ledger_id = $1, shard_index = $2, shard_count = $3;
@@ -115,3 +118,24 @@ SELECT transfer_id, account_id, kind, amount, at_ms FROM saga_postings;
 
 -- name: saga_scan_pending
 SELECT account_id, transfer_id FROM saga_pending;
+
+-- name: saga_register_worker
+INSERT INTO saga_workers (worker_id, build_version, git_revision, schema_version, lease_ms,
+                          heartbeat_ms)
+  VALUES ($1, $2, $3, $4, $5, saga_now_ms())
+  ON CONFLICT (worker_id) DO UPDATE SET build_version = EXCLUDED.build_version,
+    git_revision = EXCLUDED.git_revision, schema_version = EXCLUDED.schema_version,
+    lease_ms = EXCLUDED.lease_ms, heartbeat_ms = EXCLUDED.heartbeat_ms;
+
+-- name: saga_deregister_worker
+DELETE FROM saga_workers WHERE worker_id = $1;
+
+-- name: saga_list_workers
+SELECT worker_id, build_version, git_revision, schema_version, lease_ms, heartbeat_ms
+  FROM saga_workers ORDER BY worker_id;
+
+-- name: saga_recent_owners
+-- An operator's command, once per upgrade: it may scan the table.
+SELECT owner FROM saga_transfers WHERE lease_until_ms >= $1
+UNION SELECT owner FROM saga_owners_seen WHERE seen_ms >= $1
+ORDER BY 1;

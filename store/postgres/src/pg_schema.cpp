@@ -13,10 +13,12 @@ const std::string_view kCreateMeta = embedded::sql_meta;
 
 namespace {
 
-// One file per schema version, in order (sql/migrations/).
-constexpr std::array<std::string_view, 2> kMigrations = {
-    embedded::sql_migrations_0001_tables,
-    embedded::sql_migrations_0002_reservation,
+// One entry per schema version, in order (sql/migrations/).
+constexpr std::array<Migration, 3> kMigrations = {
+    Migration{embedded::sql_migrations_0001_tables, {}, true},
+    Migration{embedded::sql_migrations_0002_reservation, {}, true},
+    Migration{embedded::sql_migrations_0003_worker_registry, embedded::sql_migrations_0003_contract,
+              false},
 };
 static_assert(kMigrations.size() == kSchemaVersion, "one migration per schema version");
 
@@ -46,7 +48,7 @@ const Statements& statements() {
 
 }  // namespace
 
-std::span<const std::string_view> migrations() { return kMigrations; }
+std::span<const Migration> migrations() { return kMigrations; }
 
 std::string_view functions() { return embedded::sql_functions; }
 

@@ -15,9 +15,17 @@ inline constexpr std::int64_t kSchemaLockKey = 0x73616761706f6f6c;
 // Runs before the version is read: the table that records it.
 extern const std::string_view kCreateMeta;
 
-// migrations()[v - 1] upgrades a schema at version v - 1 to version v. Each
-// is run inside the init transaction, after the advisory lock.
-std::span<const std::string_view> migrations();
+// migrations()[v - 1] takes a schema from version v - 1 to version v, in
+// two steps run inside the init (or contract) transaction, after the
+// advisory lock: `expand` by `sagactl init`, `contract` (may be empty) by
+// `sagactl migrate --contract`. A version whose expand step older builds
+// cannot run beside (`one_step`) raises the floor at once.
+struct Migration {
+  std::string_view expand;
+  std::string_view contract;
+  bool one_step = false;
+};
+std::span<const Migration> migrations();
 
 // The functions (CREATE OR REPLACE, same signatures across versions), run by
 // every `init_schema` after the migrations, inside the same transaction.
@@ -30,7 +38,8 @@ std::string_view functions();
   X(take_over) X(mark_notified) X(load_transfer) X(list_stale) X(state_stats)              \
   X(scan_transfer_states) X(apply_legs) X(create_accounts) X(load_account) X(load_accounts)  \
   X(load_accounts_locked) X(set_locked) X(postings_for_transfer) X(postings_for_account)     \
-  X(pending_for_account) X(scan_accounts) X(scan_postings) X(scan_pending)
+  X(pending_for_account) X(scan_accounts) X(scan_postings) X(scan_pending) X(register_worker)    \
+  X(deregister_worker) X(list_workers) X(recent_owners)
 #define SAGA_PG_ENUM(name) name,
 enum class Sql : std::uint8_t { SAGA_PG_STATEMENTS(SAGA_PG_ENUM) };
 #undef SAGA_PG_ENUM

@@ -181,49 +181,77 @@ class PgStore final : public Store {
 
   // ---- schema and topology ------------------------------------------------
 
-  Status init_schema() override {
-    if (scope_ != Scope::none) return fatal("init schema: not possible inside a batch transaction");
-    if (Status s = simple("BEGIN", "init schema"); !s) return s;
+  Status init_schema() override { return migrate(false); }
+  Status contract_schema() override { return migrate(true); }
+
+  // init (contract = false): every expand step up to this build's version,
+  // then this build's functions. A store made from nothing is contracted at
+  // once. contract: the contract steps above the floor, then the floor
+  // raised to this build's version.
+  Status migrate(bool contract) {
+    const char* op = contract ? "contract schema" : "init schema";
+    if (scope_ != Scope::none) return fatal(std::string(op) + ": not possible inside a batch transaction");
+    if (Status s = simple("BEGIN", op); !s) return s;
     Transaction tx(*this);
-    if (Status s =
-            simple("SELECT pg_advisory_xact_lock(" + std::to_string(pg::kSchemaLockKey) + ")",
-                   "init schema: lock");
+    if (Status s = simple("SELECT pg_advisory_xact_lock(" + std::to_string(pg::kSchemaLockKey) + ")",
+                          std::string(op) + ": lock");
         !s)
       return s;
-    if (Status s = simple(std::string(pg::kCreateMeta), "init schema: meta table"); !s) return s;
+    if (Status s = simple(std::string(pg::kCreateMeta), std::string(op) + ": meta table"); !s) return s;
     ResultPtr r;
-    if (Status s = simple("SELECT schema_version FROM saga_meta", "init schema: version", &r); !s)
+    if (Status s = simple("SELECT schema_version, coalesce(schema_expanded, schema_version) FROM saga_meta",
+                          std::string(op) + ": version", &r);
+        !s)
       return s;
-    std::int64_t version = 0;
-    if (PQntuples(r.get()) > 0 && !pg::parse_int(pg::value(r.get(), 0, 0), version)) {
-      return fatal("init schema: unreadable schema_version");
+    const bool fresh = PQntuples(r.get()) == 0;
+    std::int64_t floor = 0, expanded = 0;
+    if (!fresh && (!pg::parse_int(pg::value(r.get(), 0, 0), floor) ||
+                   !pg::parse_int(pg::value(r.get(), 0, 1), expanded))) {
+      return fatal(std::string(op) + ": unreadable schema_version");
     }
-    if (version > kSchemaVersion) {
-      return fatal("schema version " + std::to_string(version) + " is newer than this build's (" +
-                   std::to_string(kSchemaVersion) + "); run a newer sagapool");
+    if (floor > kSchemaVersion || expanded > kSchemaVersion) {
+      return fatal("schema version " + std::to_string(std::max(floor, expanded)) +
+                   " is newer than this build's (" + std::to_string(kSchemaVersion) +
+                   "); run a newer sagapool");
     }
     const auto steps = pg::migrations();
-    for (auto v = static_cast<std::size_t>(version); v < steps.size(); ++v) {
-      if (Status s = simple(std::string(steps[v]),
-                            "init schema: migration to version " + std::to_string(v + 1));
-          !s)
-        return s;
+    if (contract) {
+      if (fresh || expanded < kSchemaVersion) {
+        return fatal("contract schema: the store is not at version " + std::to_string(kSchemaVersion) +
+                     " yet; run `sagactl init` first");
+      }
+    } else {
+      for (auto v = static_cast<std::size_t>(expanded); v < steps.size(); ++v) {
+        if (Status s = simple(std::string(steps[v].expand),
+                              "init schema: migration to version " + std::to_string(v + 1));
+            !s)
+          return s;
+        if (steps[v].one_step) floor = static_cast<std::int64_t>(v + 1);
+      }
+      // The functions are (re)installed every time: a store at the current
+      // version gets this build's code too.
+      if (Status s = simple(std::string(pg::functions()), "init schema: functions"); !s) return s;
     }
-    // The functions are (re)installed every time: a store at the current
-    // version gets this build's code too.
-    if (Status s = simple(std::string(pg::functions()), "init schema: functions"); !s) return s;
-    if (version != kSchemaVersion) {
-      if (Status s = simple("INSERT INTO saga_meta (singleton, schema_version) VALUES (true, " +
-                                std::to_string(kSchemaVersion) +
-                                ") ON CONFLICT (singleton) DO UPDATE SET schema_version = "
-                                "EXCLUDED.schema_version",
-                            "init schema: record version");
-          !s)
-        return s;
+    if (contract || fresh) {
+      for (auto v = static_cast<std::size_t>(floor); v < steps.size(); ++v) {
+        if (steps[v].contract.empty()) continue;
+        if (Status s = simple(std::string(steps[v].contract),
+                              std::string(op) + ": contract of version " + std::to_string(v + 1));
+            !s)
+          return s;
+      }
+      floor = kSchemaVersion;
     }
+    if (Status s = simple("INSERT INTO saga_meta (singleton, schema_version, schema_expanded) VALUES (true, " +
+                              std::to_string(floor) + ", " + std::to_string(kSchemaVersion) +
+                              ") ON CONFLICT (singleton) DO UPDATE SET schema_version = "
+                              "EXCLUDED.schema_version, schema_expanded = EXCLUDED.schema_expanded",
+                          std::string(op) + ": record version");
+        !s)
+      return s;
     if (Status s = tx.commit(); !s) return s;
     // Plans prepared against the old schema are dropped with the statements.
-    if (Status s = simple("DEALLOCATE ALL", "init schema"); !s) return s;
+    if (Status s = simple("DEALLOCATE ALL", op); !s) return s;
     prepared_.reset();
     return Status::ok();
   }
@@ -240,6 +268,7 @@ class PgStore final : public Store {
     Topology t;
     t.ledger_id = pg::value(r.get(), 0, 1);
     if (!pg::parse_int(pg::value(r.get(), 0, 0), t.schema_version) ||
+        !pg::parse_int(pg::value(r.get(), 0, 4), t.schema_expanded) ||
         !pg::parse_int(pg::value(r.get(), 0, 2), t.shard_index) ||
         !pg::parse_int(pg::value(r.get(), 0, 3), t.shard_count)) {
       return fatal("read topology: unreadable saga_meta row");
@@ -726,6 +755,55 @@ class PgStore final : public Store {
       return true;
     };
     return scan_into<PendingEntry>(Sql::scan_pending, "scan pending", read, fn);
+  }
+
+  // ---- the worker registry ---------------------------------------------------
+
+  Status register_worker(const WorkerRecord& w) override {
+    Params p;
+    p.text(w.worker_id);
+    p.text(w.build_version);
+    p.text(w.git_revision);
+    p.int64(w.schema_version);
+    p.int64(w.lease_ms);
+    ResultPtr r;
+    return run(Sql::register_worker, p, r, "register worker");
+  }
+
+  Status deregister_worker(std::string_view worker_id) override {
+    Params p;
+    p.text(worker_id);
+    ResultPtr r;
+    return run(Sql::deregister_worker, p, r, "deregister worker");
+  }
+
+  Status list_workers(std::vector<WorkerRecord>& out) override {
+    out.clear();
+    Params p;
+    ResultPtr r;
+    if (Status s = run(Sql::list_workers, p, r, "list workers"); !s) return s;
+    for (int row = 0; row < PQntuples(r.get()); ++row) {
+      WorkerRecord& w = out.emplace_back();
+      w.worker_id = pg::value(r.get(), row, 0);
+      w.build_version = pg::value(r.get(), row, 1);
+      w.git_revision = pg::value(r.get(), row, 2);
+      if (!pg::parse_int(pg::value(r.get(), row, 3), w.schema_version) ||
+          !pg::parse_int(pg::value(r.get(), row, 4), w.lease_ms) ||
+          !pg::parse_int(pg::value(r.get(), row, 5), w.heartbeat_ms)) {
+        return fatal("list workers: unreadable row");
+      }
+    }
+    return Status::ok();
+  }
+
+  Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
+    out.clear();
+    Params p;
+    p.int64(since_ms);
+    ResultPtr r;
+    if (Status s = run(Sql::recent_owners, p, r, "recent owners"); !s) return s;
+    for (int row = 0; row < PQntuples(r.get()); ++row) out.emplace_back(pg::value(r.get(), row, 0));
+    return Status::ok();
   }
 
  private:

@@ -56,3 +56,13 @@ CREATE TABLE IF NOT EXISTS leg_voids (
   transfer_id TEXT NOT NULL, account_id TEXT NOT NULL, kind TEXT NOT NULL,
   PRIMARY KEY (transfer_id, account_id, kind)
 ) WITHOUT ROWID;
+
+-- The worker registry (schema version 3): each running worker's build and a
+-- heartbeat; `sagactl migrate --contract` reads it. Version-2 builds never
+-- touch it, so adding it is an expand step.
+CREATE TABLE IF NOT EXISTS workers (
+  worker_id TEXT PRIMARY KEY,
+  build_version TEXT NOT NULL, git_revision TEXT NOT NULL,
+  schema_version INTEGER NOT NULL, lease_ms INTEGER NOT NULL,
+  heartbeat_ms INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -11,9 +11,6 @@ SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1;
 -- name: has_reserved_column
 SELECT 1 FROM pragma_table_info('accounts') WHERE name = 'reserved';
 
--- name: read_schema_version
-SELECT value FROM meta WHERE key = 'schema_version';
-
 -- name: read_meta
 SELECT key, value FROM meta;
 
@@ -177,3 +174,22 @@ UPDATE OR FAIL accounts SET reserved = reserved - ?1 WHERE id = ?2;
 -- name: insert_void
 INSERT OR FAIL INTO leg_voids(transfer_id, account_id, kind) VALUES (?1, ?2, ?3)
   ON CONFLICT DO NOTHING;
+
+-- The worker registry (schema version 3) -------------------------------------
+
+-- name: register_worker
+INSERT INTO workers(worker_id, build_version, git_revision, schema_version, lease_ms,
+    heartbeat_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+  ON CONFLICT(worker_id) DO UPDATE SET build_version = excluded.build_version,
+    git_revision = excluded.git_revision, schema_version = excluded.schema_version,
+    lease_ms = excluded.lease_ms, heartbeat_ms = excluded.heartbeat_ms;
+
+-- name: deregister_worker
+DELETE FROM workers WHERE worker_id = ?1;
+
+-- name: list_workers
+SELECT worker_id, build_version, git_revision, schema_version, lease_ms, heartbeat_ms
+  FROM workers ORDER BY worker_id;
+
+-- name: recent_owners
+SELECT DISTINCT owner FROM transfers WHERE lease_until >= ?1 ORDER BY owner;

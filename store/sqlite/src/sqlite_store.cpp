@@ -64,46 +64,80 @@ class SqliteStore final : public Store {
     return 1;
   }
 
-  Status init_schema() override {
+  // Version 3's expand step (the workers table) is in schema.sql; SQLite
+  // has nothing for its contract step to drop.
+  Status init_schema() override { return migrate(false); }
+  Status contract_schema() override { return migrate(true); }
+
+  // See Store::init_schema and Store::contract_schema.
+  Status migrate(bool contract) {
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
-    if (Status s = refuse_newer_schema(); !s) return s;
-    if (Status s = exec(std::string(sqlite_embedded::sql_schema)); !s) return s;
-    if (Status s = upgrade_to_reservation(); !s) return s;
+    int floor = 0, expanded = 0;
+    if (Status s = read_versions(floor, expanded); !s) return s;
+    if (floor > kSchemaVersion || expanded > kSchemaVersion) {
+      return Status::fatal(name_ + " has schema version " + std::to_string(std::max(floor, expanded)) +
+                           ", newer than this program knows (" + std::to_string(kSchemaVersion) + ")");
+    }
+    const bool fresh = floor == 0;
+    if (contract) {
+      if (fresh || expanded < kSchemaVersion) {
+        return Status::fatal(name_ + " is not at schema version " + std::to_string(kSchemaVersion) +
+                             " yet; run `sagactl init` first");
+      }
+      floor = kSchemaVersion;
+    } else {
+      if (Status s = exec(std::string(sqlite_embedded::sql_schema)); !s) return s;
+      bool upgraded = false;
+      if (Status s = upgrade_to_reservation(upgraded); !s) return s;
+      if (upgraded) floor = 2;  // version 2 is one step: version-1 writers break on it
+      if (fresh) floor = kSchemaVersion;
+    }
     Stmt* st = nullptr;
     if (Status s = prepare("write_meta", st); !s) return s;
-    const std::string version = std::to_string(kSchemaVersion);
-    bind_arg(st, 1, std::string_view("schema_version"));
-    bind_arg(st, 2, version);
-    if (Status s = step_done(st, "write schema version"); !s) return s;
+    for (const auto& [key, value] : {std::pair{"schema_version", floor},
+                                     std::pair{"schema_expanded", int{kSchemaVersion}}}) {
+      bind_arg(st, 1, std::string_view(key));
+      bind_arg(st, 2, std::to_string(value));
+      if (Status s = step_done(st, "write schema version"); !s) return s;
+    }
     return tx.commit();
+  }
+
+  // 0, 0 on a store never initialised; expanded = floor on one from before
+  // version 3.
+  Status read_versions(int& floor, int& expanded) {
+    floor = expanded = 0;
+    if (Status s = has_table("meta", out_bool_); !s || !out_bool_) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare("read_meta", st); !s) return s;
+    bool has_expanded = false;
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "read schema version");
+      const std::string key = column_text(st->get(), 0);
+      if (key == "schema_version") floor = sqlite3_column_int(st->get(), 1);
+      if (key == "schema_expanded") expanded = sqlite3_column_int(st->get(), 1), has_expanded = true;
+    }
+    sqlite3_reset(st->get());
+    if (!has_expanded) expanded = floor;
+    return Status::ok();
   }
 
   // A store made by schema version 1 has no reservation columns: version 2's
   // migration adds and fills them. Checked first, so a second `init` changes
   // nothing.
-  Status upgrade_to_reservation() {
+  Status upgrade_to_reservation(bool& upgraded) {
+    upgraded = false;
     Stmt* st = nullptr;
     if (Status s = prepare("has_reserved_column", st); !s) return s;
     const int rc = sqlite3_step(st->get());
     sqlite3_reset(st->get());
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
     if (rc == SQLITE_ROW) return Status::ok();
+    upgraded = true;
     return exec(std::string(sqlite_embedded::sql_migrations_0002_reservation));
-  }
-
-  Status refuse_newer_schema() {
-    if (Status s = has_table("meta", out_bool_); !s || !out_bool_) return s;
-    Stmt* st = nullptr;
-    if (Status s = prepare("read_schema_version", st); !s) return s;
-    const int rc = sqlite3_step(st->get());
-    const int version = rc == SQLITE_ROW ? sqlite3_column_int(st->get(), 0) : 0;
-    sqlite3_reset(st->get());
-    if (version > kSchemaVersion) {
-      return Status::fatal(name_ + " has schema version " + std::to_string(version) +
-                           ", newer than this program knows (" + std::to_string(kSchemaVersion) + ")");
-    }
-    return Status::ok();
   }
 
   Status read_topology(std::optional<Topology>& out) override {
@@ -114,6 +148,7 @@ class SqliteStore final : public Store {
     if (Status s = prepare("read_meta", st); !s) return s;
     Topology t;
     int found = 0;
+    bool expanded = false;
     for (;;) {
       const int rc = sqlite3_step(st->get());
       if (rc == SQLITE_DONE) break;
@@ -125,7 +160,10 @@ class SqliteStore final : public Store {
       else if (key == "shard_index") t.shard_index = number, ++found;
       else if (key == "shard_count") t.shard_count = number, ++found;
       else if (key == "schema_version") t.schema_version = number;
+      else if (key == "schema_expanded") t.schema_expanded = number, expanded = true;
     }
+    sqlite3_reset(st->get());
+    if (!expanded) t.schema_expanded = t.schema_version;  // a store from before version 3
     if (found == 3) out = t;
     return Status::ok();
   }
@@ -516,6 +554,63 @@ class SqliteStore final : public Store {
       if (rc == SQLITE_DONE) break;
       if (rc != SQLITE_ROW) return error(rc, "pending for account");
       transfer_ids.push_back(column_text(st->get(), 0));
+    }
+    sqlite3_reset(st->get());
+    return Status::ok();
+  }
+
+  // ---- the worker registry ---------------------------------------------------
+
+  Status register_worker(const WorkerRecord& w) override {
+    Stmt* st = nullptr;
+    if (Status s = prepare("register_worker", st); !s) return s;
+    bind_arg(st, 1, std::string_view(w.worker_id));
+    bind_arg(st, 2, std::string_view(w.build_version));
+    bind_arg(st, 3, std::string_view(w.git_revision));
+    bind_arg(st, 4, static_cast<std::int64_t>(w.schema_version));
+    bind_arg(st, 5, w.lease_ms);
+    bind_arg(st, 6, wall_now_ms());
+    return step_done(st, "register worker");
+  }
+
+  Status deregister_worker(std::string_view worker_id) override {
+    Stmt* st = nullptr;
+    if (Status s = prepare("deregister_worker", st); !s) return s;
+    bind_arg(st, 1, worker_id);
+    return step_done(st, "deregister worker");
+  }
+
+  Status list_workers(std::vector<WorkerRecord>& out) override {
+    out.clear();
+    Stmt* st = nullptr;
+    if (Status s = prepare("list_workers", st); !s) return s;
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "list workers");
+      WorkerRecord& w = out.emplace_back();
+      w.worker_id = column_text(st->get(), 0);
+      w.build_version = column_text(st->get(), 1);
+      w.git_revision = column_text(st->get(), 2);
+      w.schema_version = sqlite3_column_int(st->get(), 3);
+      w.lease_ms = sqlite3_column_int64(st->get(), 4);
+      w.heartbeat_ms = sqlite3_column_int64(st->get(), 5);
+    }
+    sqlite3_reset(st->get());
+    return Status::ok();
+  }
+
+  Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
+    out.clear();
+    if (Status s = write_behind(); !s) return s;
+    Stmt* st = nullptr;
+    if (Status s = prepare("recent_owners", st); !s) return s;
+    bind_arg(st, 1, since_ms);
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "recent owners");
+      out.push_back(column_text(st->get(), 0));
     }
     sqlite3_reset(st->get());
     return Status::ok();

@@ -43,6 +43,9 @@ class FaultStore final : public Store {
   Status init_schema() override {
     return call("init_schema", [&] { return inner_->init_schema(); });
   }
+  Status contract_schema() override {
+    return call("contract_schema", [&] { return inner_->contract_schema(); });
+  }
   Status read_topology(std::optional<Topology>& out) override {
     return call("read_topology", [&] { return inner_->read_topology(out); });
   }
@@ -138,6 +141,18 @@ class FaultStore final : public Store {
   }
   Status scan_pending(const std::function<void(const PendingEntry&)>& fn) override {
     return call("scan_pending", [&] { return inner_->scan_pending(fn); });
+  }
+  Status register_worker(const WorkerRecord& w) override {
+    return call("register_worker", [&] { return inner_->register_worker(w); });
+  }
+  Status deregister_worker(std::string_view worker_id) override {
+    return call("deregister_worker", [&] { return inner_->deregister_worker(worker_id); });
+  }
+  Status list_workers(std::vector<WorkerRecord>& out) override {
+    return call("list_workers", [&] { return inner_->list_workers(out); });
+  }
+  Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
+    return call("recent_owners", [&] { return inner_->recent_owners(since_ms, out); });
   }
 
  private:

@@ -111,8 +111,10 @@ class MemoryDb {
   std::shared_ptr<StoreClock> clock_;
   MemoryOptions options_;
   bool initialised_ = false;
-  int schema_version_ = 0;
+  int schema_version_ = 0;   // the floor (Topology::schema_version)
+  int schema_expanded_ = 0;
   std::optional<Topology> topology_;  // ledger_id, shard_index, shard_count
+  std::map<std::string, WorkerRecord, std::less<>> workers_;
   std::map<std::string, TransferDoc, std::less<>> transfers_;
   std::map<std::string, Account, std::less<>> accounts_;
   std::map<LegKey, PostingRow> postings_;
