@@ -1,5 +1,7 @@
 #include "sagapool/producer.hpp"
 
+#include "sagapool/kafka_errors.hpp"
+
 #include <array>
 #include <cstddef>
 
@@ -144,8 +146,8 @@ Status TransferProducer::produce_once(std::string_view key, std::string_view val
     return Status::ok();
   }
   err = rd_kafka_error_code(error.get());
-  const ErrorKind kind = error_kind(err, rd_kafka_error_is_fatal(error.get()) != 0,
-                                    rd_kafka_error_is_retriable(error.get()) != 0);
+  const ErrorKind kind = classify_kafka_error(err, rd_kafka_error_is_fatal(error.get()) != 0,
+                                              rd_kafka_error_is_retriable(error.get()) != 0);
   return kafka_error(kind, "kafka produce to " + topic_, rd_kafka_error_string(error.get()),
                      rd_kafka_error_name(error.get()));
 }
@@ -221,7 +223,7 @@ void TransferProducer::on_delivery(const rd_kafka_message_t& m) {
   d.partition = m.partition;
   d.offset = m.offset;
   if (!ok) {
-    d.status = kafka_error(error_kind(m.err), "delivery to " + topic_, rd_kafka_err2str(m.err),
+    d.status = kafka_error(classify_kafka_error(m.err), "delivery to " + topic_, rd_kafka_err2str(m.err),
                            rd_kafka_err2name(m.err));
   }
   on_delivery_(d);

@@ -380,25 +380,6 @@ TEST(KafkaProducer, RejectsBadConfigurationAtCreate) {
 
 // ---- TransferProducer without a broker ------------------------------------
 
-TEST(TransferProducer, ClassifiesEveryKafkaErrorAsTheWorkerDoes) {
-  const rd_kafka_err_desc* descs = nullptr;
-  std::size_t n = 0;
-  rd_kafka_get_err_descs(&descs, &n);
-  std::size_t checked = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (descs[i].name == nullptr) continue;  // holes in librdkafka's table
-    for (const bool is_fatal : {false, true}) {
-      for (const bool is_retriable : {false, true}) {
-        EXPECT_EQ(TransferProducer::error_kind(descs[i].code, is_fatal, is_retriable),
-                  classify_kafka_error(descs[i].code, is_fatal, is_retriable))
-            << descs[i].name << " fatal=" << is_fatal << " retriable=" << is_retriable;
-      }
-    }
-    ++checked;
-  }
-  EXPECT_GT(checked, 100U);
-}
-
 TransferProducerOptions unreachable_transfers() {
   TransferProducerOptions o;
   o.brokers = "127.0.0.1:1";  // connection refused at once

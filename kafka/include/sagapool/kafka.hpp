@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sagapool/config.hpp"
+#include "sagapool/kafka_errors.hpp"
 #include "sagapool/status.hpp"
 
 namespace sagapool {
@@ -67,13 +68,6 @@ using MetadataPtr = std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter>;
 
 // ---- Errors ---------------------------------------------------------------
 
-// The one place Kafka errors meet the taxonomy: librdkafka's fatal flag (or
-// err == _FATAL) -> fatal; configuration, authorization, size and unknown
-// topic/partition errors -> fatal; everything else (transport, timeouts,
-// leader changes, queue full, coordinator moves, librdkafka's retriable flag)
-// -> retry_call.
-ErrorKind classify_kafka_error(rd_kafka_resp_err_t err, bool is_fatal = false,
-                               bool is_retriable = false) noexcept;
 
 // "<what>: <librdkafka's description> (<ERR_NAME>)" with the kind above; ok
 // for RD_KAFKA_RESP_ERR_NO_ERROR.

@@ -85,13 +85,6 @@ class TransferProducer final {
   const std::string& first_error() const noexcept { return first_error_; }
   const std::string& topic() const noexcept { return topic_; }
 
-  // What a librdkafka error means for the caller: fatal for librdkafka's
-  // fatal flag and for errors a retry cannot fix (configuration,
-  // authorization, message size, unknown topic), retry_call otherwise.
-  // The same mapping as the worker's (a test holds the two equal).
-  static ErrorKind error_kind(rd_kafka_resp_err_t err, bool is_fatal = false,
-                             bool is_retriable = false) noexcept;
-
  private:
   struct ClientDeleter {
     void operator()(rd_kafka_t* rk) const noexcept;  // rd_kafka_destroy

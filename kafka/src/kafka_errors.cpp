@@ -1,13 +1,9 @@
-// The producer's copy of sagapool::kafka's classify_kafka_error: the
-// installed library cannot link that component (it brings spdlog and the
-// project's configuration). producer_tests holds the two equal for every
-// error code librdkafka knows, so the copy cannot drift unnoticed.
-#include "sagapool/producer.hpp"
+#include "sagapool/kafka_errors.hpp"
 
 namespace sagapool {
 
-ErrorKind TransferProducer::error_kind(rd_kafka_resp_err_t err, bool is_fatal,
-                                       bool is_retriable) noexcept {
+ErrorKind classify_kafka_error(rd_kafka_resp_err_t err, bool is_fatal,
+                               bool is_retriable) noexcept {
   if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return ErrorKind::ok;
   if (is_fatal || err == RD_KAFKA_RESP_ERR__FATAL) return ErrorKind::fatal;
   if (is_retriable) return ErrorKind::retry_call;
