@@ -1,6 +1,6 @@
 # Installs the producer library upstream C++ code links, and nothing else of
 # the project: sagapool::producer and the sagapool::request and
-# sagapool::kafka_errors it needs, their
+# sagapool::kafka_base it needs, their
 # headers, a CMake package (find_package(sagapool CONFIG)) and a pkg-config
 # file (sagapool-producer). Both need only librdkafka besides
 # (producer/README.md). The programs are not installed: the image copies
@@ -10,7 +10,7 @@ include(CMakePackageConfigHelpers)
 
 set(SAGAPOOL_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/sagapool)
 
-install(TARGETS sagapool_producer sagapool_request sagapool_kafka_errors EXPORT sagapoolTargets
+install(TARGETS sagapool_producer sagapool_request sagapool_kafka_base EXPORT sagapoolTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   FILE_SET HEADERS DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT sagapoolTargets NAMESPACE sagapool:: DESTINATION ${SAGAPOOL_CMAKE_DIR})

@@ -9,63 +9,8 @@
 
 namespace sagapool {
 
-// ---- Handles --------------------------------------------------------------
-
-void KafkaDeleter::operator()(rd_kafka_t* p) const noexcept { rd_kafka_destroy(p); }
-void ConfDeleter::operator()(rd_kafka_conf_t* p) const noexcept { rd_kafka_conf_destroy(p); }
-void TopicPartitionListDeleter::operator()(rd_kafka_topic_partition_list_t* p) const noexcept {
-  rd_kafka_topic_partition_list_destroy(p);
-}
-void MessageDeleter::operator()(rd_kafka_message_t* p) const noexcept {
-  rd_kafka_message_destroy(p);
-}
-void HeadersDeleter::operator()(rd_kafka_headers_t* p) const noexcept {
-  rd_kafka_headers_destroy(p);
-}
-void QueueDeleter::operator()(rd_kafka_queue_t* p) const noexcept { rd_kafka_queue_destroy(p); }
-void KafkaErrorDeleter::operator()(rd_kafka_error_t* p) const noexcept {
-  rd_kafka_error_destroy(p);
-}
-void MetadataDeleter::operator()(const rd_kafka_metadata_t* p) const noexcept {
-  rd_kafka_metadata_destroy(p);
-}
-
 // ---- Errors ---------------------------------------------------------------
 
-namespace {
-
-std::string describe(rd_kafka_resp_err_t err, std::string_view what) {
-  std::string m(what);
-  m += ": ";
-  m += rd_kafka_err2str(err);
-  m += " (";
-  m += rd_kafka_err2name(err);
-  m += ')';
-  return m;
-}
-
-}  // namespace
-
-Status kafka_status(rd_kafka_resp_err_t err, std::string_view what) {
-  const ErrorKind kind = classify_kafka_error(err);
-  if (kind == ErrorKind::ok) return Status::ok();
-  return Status::error(kind, describe(err, what));
-}
-
-Status kafka_status(const rd_kafka_error_t* error, std::string_view what) {
-  if (error == nullptr) return Status::ok();
-  const rd_kafka_resp_err_t err = rd_kafka_error_code(error);
-  const ErrorKind kind = classify_kafka_error(err, rd_kafka_error_is_fatal(error) != 0,
-                                              rd_kafka_error_is_retriable(error) != 0);
-  if (kind == ErrorKind::ok) return Status::ok();
-  std::string m(what);
-  m += ": ";
-  m += rd_kafka_error_string(error);
-  m += " (";
-  m += rd_kafka_error_name(error);
-  m += ')';
-  return Status::error(kind, std::move(m));
-}
 
 // ---- Configuration --------------------------------------------------------
 
@@ -284,80 +229,17 @@ Status KafkaProducer::fatal_error() const {
                        ": " + buf.data());
 }
 
-Status KafkaProducer::produce_once(const std::string& topic, std::string_view key,
-                                   std::string_view value,
-                                   std::span<const MessageHeader> headers, void* opaque,
-                                   std::int64_t timestamp_ms, rd_kafka_resp_err_t& err) {
-  // Fixed-size argument list on the stack: topic, flags, value, opaque, and
-  // optionally key, headers and timestamp.
-  std::array<rd_kafka_vu_t, 7> vus{};
-  std::size_t n = 0;
-  vus[n].vtype = RD_KAFKA_VTYPE_TOPIC;
-  vus[n++].u.cstr = topic.c_str();
-  vus[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
-  vus[n++].u.i = RD_KAFKA_MSG_F_COPY;
-  vus[n].vtype = RD_KAFKA_VTYPE_VALUE;
-  // F_COPY: librdkafka copies and never writes through this pointer.
-  vus[n].u.mem.ptr = const_cast<char*>(value.data());
-  vus[n++].u.mem.size = value.size();
-  vus[n].vtype = RD_KAFKA_VTYPE_OPAQUE;
-  vus[n++].u.ptr = opaque;
-  if (!key.empty()) {
-    vus[n].vtype = RD_KAFKA_VTYPE_KEY;
-    vus[n].u.mem.ptr = const_cast<char*>(key.data());
-    vus[n++].u.mem.size = key.size();
-  }
-  HeadersPtr hdrs;
-  if (!headers.empty()) {
-    // Only dead letters carry headers; the list is librdkafka's allocation
-    // and becomes the message's on success.
-    hdrs.reset(rd_kafka_headers_new(headers.size()));
-    for (const MessageHeader& h : headers) {
-      const rd_kafka_resp_err_t herr = rd_kafka_header_add(
-          hdrs.get(), h.name.data(), static_cast<ssize_t>(h.name.size()), h.value.data(),
-          static_cast<ssize_t>(h.value.size()));
-      if (herr != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        err = herr;
-        return kafka_status(herr, "kafka produce: header");
-      }
-    }
-    vus[n].vtype = RD_KAFKA_VTYPE_HEADERS;
-    vus[n++].u.headers = hdrs.get();
-  }
-  if (timestamp_ms > 0) {
-    vus[n].vtype = RD_KAFKA_VTYPE_TIMESTAMP;
-    vus[n++].u.i64 = timestamp_ms;
-  }
-  KafkaErrorPtr error(rd_kafka_produceva(rk_.get(), vus.data(), n));
-  if (!error) {
-    (void)hdrs.release();  // owned by the queued message now
-    err = RD_KAFKA_RESP_ERR_NO_ERROR;
-    return Status::ok();
-  }
-  err = rd_kafka_error_code(error.get());
-  return kafka_status(error.get(), "kafka produce to " + topic);
-}
-
 Status KafkaProducer::produce(const std::string& topic, std::string_view key,
                               std::string_view value, std::span<const MessageHeader> headers,
                               void* opaque, rd_kafka_resp_err_t* err_out, std::int64_t timestamp_ms) {
   if (!rk_) return Status::fatal("kafka produce: the producer is closed");
   if (has_fatal_error()) return fatal_error();
-  const auto deadline = std::chrono::steady_clock::now() + queue_full_wait_;
-  for (;;) {
-    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
-    Status s = produce_once(topic, key, value, headers, opaque, timestamp_ms, err);
+  return produce_with_backpressure(rk_.get(), queue_full_wait_, topic, [&](rd_kafka_resp_err_t& err) {
+    Status s = produce_copy(rk_.get(), topic, key, value, headers.data(), headers.size(), opaque, timestamp_ms,
+                            err);
     if (err_out != nullptr) *err_out = err;
-    if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return s;
-    // Back-pressure: serve delivery reports (which frees queue slots), then
-    // try again, for a bounded time.
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status::retry_call("kafka produce to " + topic + ": local queue still full after " +
-                                std::to_string(queue_full_wait_.count()) +
-                                " ms (broker unreachable or too slow?)");
-    }
-    (void)poll(std::chrono::milliseconds(10));
-  }
+    return s;
+  });
 }
 
 int KafkaProducer::poll(std::chrono::milliseconds timeout) {
@@ -366,31 +248,21 @@ int KafkaProducer::poll(std::chrono::milliseconds timeout) {
 }
 
 bool KafkaProducer::flush(std::chrono::milliseconds timeout) {
-  if (!rk_) return true;
-  // rd_kafka_flush serves delivery reports on this thread while it waits.
-  (void)rd_kafka_flush(rk_.get(), static_cast<int>(timeout.count()));
-  return outq_len() == 0;
+  return !rk_ || flush_producer(rk_.get(), timeout);
 }
 
 int KafkaProducer::outq_len() const { return rk_ ? rd_kafka_outq_len(rk_.get()) : 0; }
 
 int KafkaProducer::close(std::chrono::milliseconds flush_timeout) {
   if (!rk_) return 0;
-  int left = 0;
-  if (!flush(flush_timeout)) {
-    left = outq_len();
-    spdlog::warn("kafka producer: {} message(s) not delivered within {} ms; purging them", left,
+  rd_kafka_resp_err_t purge_error = RD_KAFKA_RESP_ERR_NO_ERROR;
+  const int left = flush_or_purge(rk_.get(), flush_timeout, purge_error);
+  if (left > 0) {
+    spdlog::warn("kafka producer: {} message(s) not delivered within {} ms; purged them", left,
                  flush_timeout.count());
-    // Purged messages get a failed delivery report, served by the poll below,
-    // so every queued message is reported exactly once.
-    const rd_kafka_resp_err_t err =
-        rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      spdlog::warn("kafka producer: purge failed: {}", rd_kafka_err2str(err));
-    }
-    // Bounded: purged messages are reported promptly; give up after ~1 s.
-    for (int i = 0; i < 100 && outq_len() > 0; ++i) (void)poll(std::chrono::milliseconds(10));
-    (void)poll(std::chrono::milliseconds(0));
+  }
+  if (purge_error != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    spdlog::warn("kafka producer: purge failed: {}", rd_kafka_err2str(purge_error));
   }
   rk_.reset();
   return left;

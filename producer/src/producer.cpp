@@ -1,38 +1,18 @@
 #include "sagapool/producer.hpp"
 
-#include "sagapool/kafka_errors.hpp"
+#include "sagapool/kafka_base.hpp"
 
 #include <array>
 #include <cstddef>
 
 #include "sagapool/request.hpp"
 
-// A thin client of librdkafka's C API of its own, rather than sagapool::kafka's
-// KafkaProducer: that one logs through spdlog and reads the project's
-// configuration, which upstream code must not have to link.
+// A thin client of librdkafka's C API on kafka_base (as KafkaProducer is),
+// rather than sagapool::kafka's KafkaProducer itself: that one logs through
+// spdlog and reads the project's configuration, which upstream code must not
+// have to link.
 namespace sagapool {
 namespace {
-
-struct ConfDeleter {
-  void operator()(rd_kafka_conf_t* c) const noexcept { rd_kafka_conf_destroy(c); }
-};
-struct ErrorDeleter {
-  void operator()(rd_kafka_error_t* e) const noexcept { rd_kafka_error_destroy(e); }
-};
-using ConfPtr = std::unique_ptr<rd_kafka_conf_t, ConfDeleter>;
-using ErrorPtr = std::unique_ptr<rd_kafka_error_t, ErrorDeleter>;
-
-// "<what>: <description> (<ERR_NAME>)", as the worker words Kafka errors.
-Status kafka_error(ErrorKind kind, std::string_view what, const char* description,
-                   const char* name) {
-  std::string m(what);
-  m += ": ";
-  m += description;
-  m += " (";
-  m += name;
-  m += ')';
-  return Status::error(kind, std::move(m));
-}
 
 // librdkafka quotes a rejected value in its message; the value may be a
 // secret (a SASL password, a key), so every occurrence of it is masked.
@@ -58,10 +38,6 @@ Status set_property(rd_kafka_conf_t& conf, const std::string& key, const std::st
 }
 
 }  // namespace
-
-void TransferProducer::ClientDeleter::operator()(rd_kafka_t* rk) const noexcept {
-  rd_kafka_destroy(rk);
-}
 
 TransferProducer::TransferProducer(std::string topic, DeliveryCallback on_delivery,
                                    std::chrono::milliseconds queue_full_wait)
@@ -121,54 +97,13 @@ Status TransferProducer::publish(const TransferRequest& r, void* opaque) {
   return publish_raw(r.from, buffer_, opaque);
 }
 
-Status TransferProducer::produce_once(std::string_view key, std::string_view value, void* opaque,
-                                      rd_kafka_resp_err_t& err) {
-  std::array<rd_kafka_vu_t, 5> vus{};
-  std::size_t n = 0;
-  vus[n].vtype = RD_KAFKA_VTYPE_TOPIC;
-  vus[n++].u.cstr = topic_.c_str();
-  vus[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
-  vus[n++].u.i = RD_KAFKA_MSG_F_COPY;
-  vus[n].vtype = RD_KAFKA_VTYPE_VALUE;
-  // F_COPY: librdkafka copies and never writes through these pointers.
-  vus[n].u.mem.ptr = const_cast<char*>(value.data());
-  vus[n++].u.mem.size = value.size();
-  vus[n].vtype = RD_KAFKA_VTYPE_OPAQUE;
-  vus[n++].u.ptr = opaque;
-  if (!key.empty()) {
-    vus[n].vtype = RD_KAFKA_VTYPE_KEY;
-    vus[n].u.mem.ptr = const_cast<char*>(key.data());
-    vus[n++].u.mem.size = key.size();
-  }
-  const ErrorPtr error(rd_kafka_produceva(rk_.get(), vus.data(), n));
-  if (!error) {
-    err = RD_KAFKA_RESP_ERR_NO_ERROR;
-    return Status::ok();
-  }
-  err = rd_kafka_error_code(error.get());
-  const ErrorKind kind = classify_kafka_error(err, rd_kafka_error_is_fatal(error.get()) != 0,
-                                              rd_kafka_error_is_retriable(error.get()) != 0);
-  return kafka_error(kind, "kafka produce to " + topic_, rd_kafka_error_string(error.get()),
-                     rd_kafka_error_name(error.get()));
-}
-
 Status TransferProducer::publish_raw(std::string_view key, std::string_view value, void* opaque) {
   if (!rk_) return Status::fatal("transfer producer: publish after close");
-  const auto deadline = std::chrono::steady_clock::now() + queue_full_wait_;
-  for (;;) {
-    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
-    Status s = produce_once(key, value, opaque, err);
-    if (s) ++published_;
-    if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return s;
-    // Back-pressure: serve delivery reports (which frees queue slots), then
-    // try again, for a bounded time; never drop silently.
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status::retry_call("kafka produce to " + topic_ + ": local queue still full after " +
-                                std::to_string(queue_full_wait_.count()) +
-                                " ms (broker unreachable or too slow?)");
-    }
-    (void)poll(std::chrono::milliseconds(10));
-  }
+  Status s = produce_with_backpressure(rk_.get(), queue_full_wait_, topic_, [&](rd_kafka_resp_err_t& err) {
+    return produce_copy(rk_.get(), topic_, key, value, nullptr, 0, opaque, 0, err);
+  });
+  if (s) ++published_;
+  return s;
 }
 
 int TransferProducer::poll(std::chrono::milliseconds timeout) {
@@ -177,27 +112,16 @@ int TransferProducer::poll(std::chrono::milliseconds timeout) {
 }
 
 bool TransferProducer::flush(std::chrono::milliseconds timeout) {
-  if (!rk_) return true;
-  // rd_kafka_flush serves delivery reports on this thread while it waits.
-  (void)rd_kafka_flush(rk_.get(), static_cast<int>(timeout.count()));
-  return outq_len() == 0;
+  return !rk_ || flush_producer(rk_.get(), timeout);
 }
 
 int TransferProducer::outq_len() const { return rk_ ? rd_kafka_outq_len(rk_.get()) : 0; }
 
 int TransferProducer::close(std::chrono::milliseconds flush_timeout) {
   if (!rk_) return 0;
-  int left = 0;
-  if (!flush(flush_timeout)) {
-    left = outq_len();
-    // Purged messages get a failed delivery report, served by the polls
-    // below, so every published message is reported exactly once. A purge
-    // error can only be a bad flag, which these are not.
-    (void)rd_kafka_purge(rk_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    // Bounded: purged messages are reported promptly; give up after ~1 s.
-    for (int i = 0; i < 100 && outq_len() > 0; ++i) (void)poll(std::chrono::milliseconds(10));
-    (void)poll(std::chrono::milliseconds(0));
-  }
+  // A purge error can only be a bad flag, which flush_or_purge's are not.
+  rd_kafka_resp_err_t purge_error = RD_KAFKA_RESP_ERR_NO_ERROR;
+  const int left = flush_or_purge(rk_.get(), flush_timeout, purge_error);
   rk_.reset();
   return left;
 }
@@ -223,8 +147,7 @@ void TransferProducer::on_delivery(const rd_kafka_message_t& m) {
   d.partition = m.partition;
   d.offset = m.offset;
   if (!ok) {
-    d.status = kafka_error(classify_kafka_error(m.err), "delivery to " + topic_, rd_kafka_err2str(m.err),
-                           rd_kafka_err2name(m.err));
+    d.status = kafka_status(m.err, "delivery to " + topic_);
   }
   on_delivery_(d);
 }

@@ -17,7 +17,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 core='sqlite|libpq|-lpq\b|postgresql|prometheus|spdlog|fmt'
 
 # The libraries as they are now (a no-op when up to date), then the install.
-"$cmake" --build "$build" --target sagapool_producer sagapool_request sagapool_kafka_errors >/dev/null
+"$cmake" --build "$build" --target sagapool_producer sagapool_request sagapool_kafka_base >/dev/null
 "$cmake" --install "$build" --prefix "$prefix" >/dev/null
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
 libdir=${libdir:-lib}
@@ -28,7 +28,7 @@ libdir=${libdir:-lib}
 sort >"$work/wanted" <<LIST
 include/sagapool/generator.hpp
 include/sagapool/json_text.hpp
-include/sagapool/kafka_errors.hpp
+include/sagapool/kafka_base.hpp
 include/sagapool/producer.hpp
 include/sagapool/request.hpp
 include/sagapool/status.hpp
@@ -37,7 +37,7 @@ $libdir/cmake/sagapool/sagapoolConfig.cmake
 $libdir/cmake/sagapool/sagapoolConfigVersion.cmake
 $libdir/cmake/sagapool/sagapoolTargets-CONFIG.cmake
 $libdir/cmake/sagapool/sagapoolTargets.cmake
-$libdir/libsagapool_kafka_errors.a
+$libdir/libsagapool_kafka_base.a
 $libdir/libsagapool_producer.a
 $libdir/libsagapool_request.a
 $libdir/pkgconfig/sagapool-producer.pc
@@ -48,8 +48,8 @@ diff -u "$work/wanted" "$work/installed" || fail "the install is not exactly the
 # $<LINK_ONLY:> is what is left of the build-only warnings target.)
 links=$(sed -n 's/.*INTERFACE_LINK_LIBRARIES "\(.*\)"/\1/p' "$prefix/$libdir/cmake/sagapool/sagapoolTargets.cmake" |
   tr ';' '\n' | sed 's/^\\\?\$<LINK_ONLY:\(.*\)>$/\1/' | grep -v '^$' | sort -u | tr '\n' ' ')
-[ "$links" = "PkgConfig::RDKAFKA_C sagapool::kafka_errors sagapool::request " ] ||
-  fail "exported link interface is '$links', want only sagapool::request, sagapool::kafka_errors and PkgConfig::RDKAFKA_C"
+[ "$links" = "PkgConfig::RDKAFKA_C sagapool::kafka_base sagapool::request " ] ||
+  fail "exported link interface is '$links', want only sagapool::request, sagapool::kafka_base and PkgConfig::RDKAFKA_C"
 
 run_and_compare() { # run_and_compare PROGRAM HOW
   "$1" >"$work/out" || fail "$2: the program's checks failed"

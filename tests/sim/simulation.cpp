@@ -893,7 +893,7 @@ void World::deliver(std::string_view topic, std::string_view key, std::string_vi
   if (m.key != key || m.value != value) fail("dead letter " + ps + "/" + os + " does not carry its message's bytes");
   // After the six saga.* headers, the original's own, in order, but any
   // saga.* one (a spoof); and the original's timestamp.
-  std::vector<CopiedHeader> carried(headers.begin() + std::min<std::size_t>(6, headers.size()), headers.end());
+  std::vector<CopiedHeader> carried(headers.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(6, headers.size())), headers.end());
   std::vector<CopiedHeader> expected = m.headers;
   std::erase_if(expected, [](const CopiedHeader& h) { return h.name.starts_with("saga."); });
   auto same = [](const CopiedHeader& a, const CopiedHeader& b) { return a.name == b.name && a.value == b.value; };

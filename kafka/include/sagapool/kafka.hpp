@@ -1,9 +1,8 @@
 #pragma once
-// RAII for librdkafka's C API (STYLE.md, "Handles and ownership"): one
-// deleter + std::unique_ptr alias per C handle, so no *_destroy call appears
-// anywhere else; Kafka errors mapped onto ErrorKind in one function; and
-// KafkaProducer, the idempotent producer used by the worker (results, dead
-// letters) and by the producer library.
+// The Kafka layer the programs share, on kafka_base.hpp (handles, errors,
+// producing): librdkafka configuration and its logging, the start-up check,
+// and KafkaProducer, the worker's idempotent producer (results, dead
+// letters).
 #include <librdkafka/rdkafka.h>
 
 #include <atomic>
@@ -17,63 +16,10 @@
 #include <vector>
 
 #include "sagapool/config.hpp"
-#include "sagapool/kafka_errors.hpp"
+#include "sagapool/kafka_base.hpp"
 #include "sagapool/status.hpp"
 
 namespace sagapool {
-
-// ---- Handles --------------------------------------------------------------
-
-struct KafkaDeleter {
-  void operator()(rd_kafka_t* p) const noexcept;  // rd_kafka_destroy
-};
-struct ConfDeleter {
-  void operator()(rd_kafka_conf_t* p) const noexcept;
-};
-struct TopicPartitionListDeleter {
-  void operator()(rd_kafka_topic_partition_list_t* p) const noexcept;
-};
-struct MessageDeleter {
-  void operator()(rd_kafka_message_t* p) const noexcept;
-};
-struct HeadersDeleter {
-  void operator()(rd_kafka_headers_t* p) const noexcept;
-};
-struct QueueDeleter {
-  void operator()(rd_kafka_queue_t* p) const noexcept;
-};
-struct KafkaErrorDeleter {
-  void operator()(rd_kafka_error_t* p) const noexcept;
-};
-struct MetadataDeleter {
-  void operator()(const rd_kafka_metadata_t* p) const noexcept;
-};
-
-// rd_kafka_destroy blocks until librdkafka's threads are gone. For a consumer
-// call rd_kafka_consumer_close first; for a producer use KafkaProducer, which
-// flushes with a deadline before destroying.
-using KafkaHandle = std::unique_ptr<rd_kafka_t, KafkaDeleter>;
-// Ownership passes to rd_kafka_new only on success: call release() then.
-using ConfPtr = std::unique_ptr<rd_kafka_conf_t, ConfDeleter>;
-using TopicPartitionListPtr =
-    std::unique_ptr<rd_kafka_topic_partition_list_t, TopicPartitionListDeleter>;
-// A consumed message (rd_kafka_consumer_poll); destroying it returns the
-// memory to librdkafka.
-using MessagePtr = std::unique_ptr<rd_kafka_message_t, MessageDeleter>;
-using HeadersPtr = std::unique_ptr<rd_kafka_headers_t, HeadersDeleter>;
-using QueuePtr = std::unique_ptr<rd_kafka_queue_t, QueueDeleter>;
-using KafkaErrorPtr = std::unique_ptr<rd_kafka_error_t, KafkaErrorDeleter>;
-// From rd_kafka_metadata(); released with rd_kafka_metadata_destroy.
-using MetadataPtr = std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter>;
-
-// ---- Errors ---------------------------------------------------------------
-
-
-// "<what>: <librdkafka's description> (<ERR_NAME>)" with the kind above; ok
-// for RD_KAFKA_RESP_ERR_NO_ERROR.
-Status kafka_status(rd_kafka_resp_err_t err, std::string_view what);
-// Same for an rd_kafka_error_t (uses its fatal/retriable flags); ok for null.
-Status kafka_status(const rd_kafka_error_t* error, std::string_view what);
 
 // ---- Configuration --------------------------------------------------------
 
@@ -110,11 +56,6 @@ struct DeliveryHandler {
   virtual void on_delivery(const rd_kafka_message_t& m) = 0;
 };
 
-// A value whose data() is null is a null header value (as Kafka allows).
-struct MessageHeader {
-  std::string_view name;
-  std::string_view value;
-};
 
 struct KafkaProducerOptions {
   std::string brokers;               // bootstrap.servers
@@ -183,9 +124,6 @@ class KafkaProducer {
   KafkaProducer(DeliveryHandler* handler, const KafkaProducerOptions& options);
   static void dr_msg_cb(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque);
   static void error_cb(rd_kafka_t* rk, int err, const char* reason, void* opaque);
-  Status produce_once(const std::string& topic, std::string_view key, std::string_view value,
-                      std::span<const MessageHeader> headers, void* opaque,
-                      std::int64_t timestamp_ms, rd_kafka_resp_err_t& err);
 
   DeliveryHandler* handler_;
   std::chrono::milliseconds queue_full_wait_;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "sagapool/kafka_base.hpp"
 #include "sagapool/status.hpp"
 #include "sagapool/transfer_request.hpp"
 
@@ -86,16 +87,10 @@ class TransferProducer final {
   const std::string& topic() const noexcept { return topic_; }
 
  private:
-  struct ClientDeleter {
-    void operator()(rd_kafka_t* rk) const noexcept;  // rd_kafka_destroy
-  };
-
   TransferProducer(std::string topic, DeliveryCallback on_delivery,
                    std::chrono::milliseconds queue_full_wait);
   static void delivery_report(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque);
   void on_delivery(const rd_kafka_message_t& m);
-  Status produce_once(std::string_view key, std::string_view value, void* opaque,
-                      rd_kafka_resp_err_t& err);
   int outq_len() const;
 
   std::string topic_;
@@ -106,7 +101,7 @@ class TransferProducer final {
   std::uint64_t delivered_ = 0;
   std::uint64_t failed_ = 0;
   std::string first_error_;
-  std::unique_ptr<rd_kafka_t, ClientDeleter> rk_;  // last: closed before the rest goes
+  KafkaHandle rk_;  // last: closed before the rest goes
 };
 
 }  // namespace sagapool
