@@ -52,9 +52,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const RequestError e = sagapool::parse_request(bytes, r);
   require(!sagapool::error_code(e).empty() && !sagapool::error_message(e).empty(), "every error has a code and a message");
   if (e != RequestError::ok) {
-    require(r.id.empty() && r.from.empty() && r.to.empty() && r.amount == 0 && r.currency.empty() &&
-                r.metadata.empty(),
+    require(r.from.empty() && r.to.empty() && r.amount == 0 && r.currency.empty() && r.metadata.empty(),
             "a refused request leaves the view reset");
+    // But for an id it could still read (a `rejected` answer goes to it):
+    // a valid identifier from the message's own bytes, never from a message
+    // whose structure or id was the fault.
+    require(r.id.empty() || (inside(r.id, bytes) && sagapool::is_valid_identifier(r.id, sagapool::kMaxIdLength) &&
+                             e > RequestError::too_deep && e != RequestError::missing_id &&
+                             e != RequestError::bad_id),
+            "a refused request keeps only a readable id");
     return 0;
   }
   require(size <= sagapool::kMaxRequestBytes, "an accepted message is at most 64 KiB");
