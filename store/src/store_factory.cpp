@@ -1,3 +1,4 @@
+#include "sagapool/mongo_store.hpp"
 #include "sagapool/pg_store.hpp"
 #include "sagapool/sqlite_store.hpp"
 #include "sagapool/store.hpp"
@@ -14,6 +15,7 @@ Status open_store(std::string_view url, std::unique_ptr<Store>& out) {
     if (path.empty()) return Status::fatal("store URL 'sqlite:' names no file");
     return open_sqlite_store(path, out);
   }
+  if (url.starts_with("mongodb://") || url.starts_with("mongodb+srv://")) return open_mongo_store(url, out);
   if (url.starts_with("postgresql://") || url.starts_with("postgres://") ||
       url.find('=') != std::string_view::npos) {
     return open_pg_store(url, out);
@@ -26,7 +28,7 @@ Status open_store(std::string_view url, std::unique_ptr<Store>& out) {
                          });
   const std::string scheme = is_scheme ? "'" + std::string(head) + ":'" : "(none)";
   return Status::fatal("unsupported store URL scheme " + scheme +
-                       " (expected sqlite:PATH or postgresql://...; the URL is not repeated here "
+                       " (expected sqlite:PATH, postgresql://... or mongodb://...; the URL is not repeated here "
                        "because it may hold a password)");
 }
 

@@ -1,0 +1,442 @@
+// Legs on the MongoDB store: every account change goes through the journal
+// (mongo_store.hpp). A batch is planned on the accounts and leg decisions it
+// read, its journal documents are inserted in one ordered bulk write, and the
+// accounts are moved to their last change in a second. An insert that fails
+// on a unique key means another writer got there first (a leg decided, or an
+// account's next change taken): the batch is planned again from that record
+// on fresh reads, so its results are those of its records applied one by one.
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "mongo_store.hpp"
+
+namespace sagapool::mongo {
+
+namespace {
+
+constexpr std::size_t kChunk = 1000;
+// Re-plans before a batch gives up for now (retry_call): only reached when
+// other writers keep taking the same accounts' next changes.
+constexpr int kMaxPlans = 200;
+constexpr std::string_view kVoid = "void";
+constexpr std::string_view kRelease = "release";
+
+struct Decision {
+  bool posted = false;  // else voided
+  std::string account;
+  std::int64_t seq = 0;
+};
+
+// A journal document to insert, and what it means for the plan.
+struct Write {
+  std::size_t leg = 0;
+  std::unique_ptr<Doc> doc;
+  std::string account;  // set for an account change
+  std::int64_t seq = 0;
+};
+
+std::string_view kind_name(PostingKind k) { return to_string(k); }
+
+}  // namespace
+
+Status MongoStore::read_accounts(std::span<const std::string> ids,
+                                 std::map<std::string, AccountState, std::less<>>& out) {
+  for (std::size_t from = 0; from < ids.size(); from += kChunk) {
+    Doc filter;
+    filter.sub("_id", [&](Builder& c) {
+      c.array("$in", [&](Builder& a) {
+        for (std::size_t i = from; i < std::min(ids.size(), from + kChunk); ++i) a.push_str(ids[i]);
+      });
+    });
+    if (Status s = client_->find(kAccounts, filter.bson(), nullptr,
+                                 [&](const View& v) {
+                                   AccountState st;
+                                   read_account(v, st.account);
+                                   st.seq = v.i64("seq");
+                                   v.each_i64("pending", [&](std::string_view key, std::int64_t r) {
+                                     st.pending.emplace(std::string(key), r);
+                                   });
+                                   out[st.account.id] = std::move(st);
+                                 },
+                                 "reading accounts");
+        !s) {
+      return s;
+    }
+  }
+  return Status::ok();
+}
+
+Status MongoStore::settle(std::string_view account_id, std::int64_t seq) {
+  Doc filter;
+  filter.str("a", account_id);
+  filter.sub("seq", [&](Builder& c) { c.i64("$gt", seq); });
+  Doc opts;
+  opts.sub("sort", [](Builder& s) { s.i64("a", 1).i64("seq", 1); });
+  struct Change {
+    std::int64_t seq, balance, reserved;
+    std::string pk;
+    bool set;
+    std::int64_t pv;
+  };
+  std::vector<Change> changes;
+  if (Status s = client_->find(kJournal, filter.bson(), opts.bson(),
+                               [&](const View& v) {
+                                 changes.push_back({v.i64("seq"), v.i64("balance"), v.i64("reserved"),
+                                                    std::string(v.str("pk")), v.has("pv"), v.i64("pv")});
+                               },
+                               "reading an account's unapplied changes");
+      !s) {
+    return s;
+  }
+  for (const Change& c : changes) {
+    Doc f;
+    f.str("_id", account_id).i64("seq", c.seq - 1);
+    Doc update;
+    update.sub("$set", [&](Builder& b) {
+      b.i64("balance", c.balance).i64("reserved", c.reserved).i64("seq", c.seq);
+      if (c.set) b.i64("pending." + c.pk, c.pv);
+    });
+    if (!c.set) update.sub("$unset", [&](Builder& b) { b.str("pending." + c.pk, ""); });
+    if (Status s = client_->update_many(kAccounts, f.bson(), update.bson(), nullptr, "applying an account's change"); !s) {
+      return s;
+    }
+  }
+  return Status::ok();
+}
+
+Status MongoStore::settle_all() {
+  std::unordered_map<std::string, std::int64_t> seqs;
+  Doc all;
+  Doc opts;
+  opts.sub("projection", [](Builder& p) { p.i64("seq", 1); });
+  if (Status s = client_->find(kAccounts, all.bson(), opts.bson(),
+                               [&](const View& v) { seqs.emplace(std::string(v.str("_id")), v.i64("seq")); },
+                               "reading account versions");
+      !s) {
+    return s;
+  }
+  Doc changes;
+  changes.sub("seq", [](Builder& c) { c.boolean("$exists", true); });
+  Doc projection;
+  projection.sub("projection", [](Builder& p) { p.i64("a", 1).i64("seq", 1); });
+  std::set<std::string> behind;
+  if (Status s = client_->find(kJournal, changes.bson(), projection.bson(),
+                               [&](const View& v) {
+                                 const auto it = seqs.find(std::string(v.str("a")));
+                                 if (it != seqs.end() && v.i64("seq") > it->second) behind.insert(it->first);
+                               },
+                               "finding unapplied account changes");
+      !s) {
+    return s;
+  }
+  for (const std::string& id : behind) {
+    if (Status s = settle(id, seqs[id]); !s) return s;
+  }
+  return Status::ok();
+}
+
+Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegResult> results) {
+  for (const LegRequest& req : batch) {
+    if (req.amount <= 0 && (req.op == LegOp::debit || req.op == LegOp::credit)) {
+      return Status::fatal("leg of transfer " + std::string(req.transfer_id) + " has a non-positive amount");
+    }
+  }
+  if (batch.empty()) return Status::ok();
+  std::int64_t now = 0;
+  if (Status s = client_->server_now(now); !s) return s;
+
+  std::size_t from = 0;
+  std::set<std::string, std::less<>> contended;  // accounts whose next change someone else took
+  for (int plan = 0; from < batch.size(); ++plan) {
+    if (plan == kMaxPlans) {
+      return Status::retry_call(display_name() + ": legs kept meeting other writers' changes on the same accounts");
+    }
+    // ---- read what the rest of the batch depends on
+    std::vector<std::string> account_ids;
+    std::vector<std::string> decision_ids;
+    for (std::size_t i = from; i < batch.size(); ++i) {
+      const LegRequest& r = batch[i];
+      account_ids.emplace_back(r.account_id);
+      switch (r.op) {
+        case LegOp::debit:
+        case LegOp::cancel_debit:
+          decision_ids.push_back(leg_id(r.transfer_id, r.account_id, kind_name(PostingKind::debit)));
+          if (r.op == LegOp::cancel_debit) {
+            decision_ids.push_back(leg_id(r.transfer_id, r.account_id, kind_name(PostingKind::reverse_debit)));
+          }
+          break;
+        case LegOp::credit:
+        case LegOp::cancel_credit:
+          decision_ids.push_back(leg_id(r.transfer_id, r.account_id, kind_name(PostingKind::credit)));
+          break;
+        case LegOp::release: break;
+      }
+    }
+    std::sort(account_ids.begin(), account_ids.end());
+    account_ids.erase(std::unique(account_ids.begin(), account_ids.end()), account_ids.end());
+    std::sort(decision_ids.begin(), decision_ids.end());
+    decision_ids.erase(std::unique(decision_ids.begin(), decision_ids.end()), decision_ids.end());
+
+    std::unordered_map<std::string, Decision> decisions;
+    for (std::size_t f = 0; f < decision_ids.size(); f += kChunk) {
+      Doc filter;
+      filter.sub("_id", [&](Builder& c) {
+        c.array("$in", [&](Builder& a) {
+          for (std::size_t i = f; i < std::min(decision_ids.size(), f + kChunk); ++i) a.push_str(decision_ids[i]);
+        });
+      });
+      if (Status s = client_->find(kJournal, filter.bson(), nullptr,
+                                   [&](const View& v) {
+                                     decisions[std::string(v.str("_id"))] =
+                                         Decision{v.str("kind") != kVoid, std::string(v.str("a")), v.i64("seq")};
+                                   },
+                                   "reading leg decisions");
+          !s) {
+        return s;
+      }
+    }
+    std::map<std::string, AccountState, std::less<>> accounts;
+    if (Status s = read_accounts(account_ids, accounts); !s) return s;
+    // Changes in the journal but not yet on their account (a crashed or
+    // slower writer's) are applied before anything is planned on it.
+    std::set<std::string, std::less<>> behind = std::move(contended);
+    contended.clear();
+    for (const auto& [id, d] : decisions) {
+      const auto it = accounts.find(d.account);
+      if (d.posted && it != accounts.end() && d.seq > it->second.seq) behind.insert(d.account);
+    }
+    if (!behind.empty()) {
+      for (const std::string& id : behind) {
+        const auto it = accounts.find(id);
+        if (it == accounts.end()) continue;
+        if (Status s = settle(id, it->second.seq); !s) return s;
+      }
+      std::vector<std::string> ids(behind.begin(), behind.end());
+      if (Status s = read_accounts(ids, accounts); !s) return s;
+    }
+
+    // ---- plan
+    std::vector<Write> writes;
+    const auto change = [&](std::size_t leg, AccountState& a, std::string id, std::string_view kind,
+                            std::int64_t amount, std::string_view pk, const std::int64_t* pv) {
+      const LegRequest& r = batch[leg];
+      auto doc = std::make_unique<Doc>();
+      doc->str("_id", id).str("k", change_key(a.account.id, a.seq)).str("a", a.account.id).i64("seq", a.seq);
+      doc->str("t", r.transfer_id).str("kind", kind).i64("amount", amount).i64("at", now);
+      doc->i64("balance", a.account.balance).i64("reserved", a.account.reserved).str("pk", pk);
+      if (pv != nullptr) doc->i64("pv", *pv);
+      writes.push_back({leg, std::move(doc), a.account.id, a.seq});
+    };
+    const auto void_leg = [&](std::size_t leg, const std::string& id) {
+      const LegRequest& r = batch[leg];
+      auto doc = std::make_unique<Doc>();
+      doc->str("_id", id).str("k", "void|" + id).str("a", r.account_id).str("t", r.transfer_id).str("kind", kVoid);
+      writes.push_back({leg, std::move(doc), {}, 0});
+      decisions[id] = Decision{false, std::string(r.account_id), 0};
+    };
+
+    Status failed;
+    for (std::size_t i = from; i < batch.size() && failed; ++i) {
+      const LegRequest& req = batch[i];
+      LegResult& out = results[i];
+      out.reason = Reason::none;
+      out.account_currency.clear();
+      const auto acct = accounts.find(req.account_id);
+      AccountState* a = acct == accounts.end() ? nullptr : &acct->second;
+      if (a != nullptr && req.op != LegOp::cancel_credit && req.op != LegOp::release) {
+        out.account_currency = a->account.currency;
+      }
+      const std::string pk = pending_key(req.transfer_id);
+      switch (req.op) {
+        case LegOp::debit:
+        case LegOp::credit: {
+          const bool debit = req.op == LegOp::debit;
+          const PostingKind kind = debit ? PostingKind::debit : PostingKind::credit;
+          std::string id = leg_id(req.transfer_id, req.account_id, kind_name(kind));
+          if (const auto d = decisions.find(id); d != decisions.end()) {
+            out.status = d->second.posted ? LegStatus::already_posted : LegStatus::voided;
+            break;
+          }
+          out.status = LegStatus::refused;
+          if (a == nullptr) {
+            out.reason = Reason::unknown_account;
+            break;
+          }
+          const Account& acc = a->account;
+          if (acc.locked) {
+            out.reason = Reason::account_locked;
+            break;
+          }
+          if (!req.currency.empty() && !acc.currency.empty() && req.currency != acc.currency) {
+            out.reason = Reason::currency_mismatch;
+            break;
+          }
+          std::int64_t next = 0;
+          std::int64_t room = 0;
+          if (debit) {
+            if (__builtin_sub_overflow(acc.balance, req.amount, &next) || next < acc.min_balance) {
+              out.reason = Reason::insufficient_funds;
+              break;
+            }
+            if (__builtin_add_overflow(acc.reserved, req.amount, &room)) {
+              out.reason = Reason::overflow;
+              break;
+            }
+          } else if (__builtin_add_overflow(acc.balance, req.amount, &next) ||
+                     __builtin_add_overflow(next, acc.reserved, &room)) {
+            out.reason = Reason::overflow;
+            break;
+          }
+          const std::int64_t reserve = debit ? req.amount : 0;
+          a->account.balance = next;
+          a->account.reserved += reserve;
+          std::int64_t& entry = a->pending[pk];  // added to an entry already there
+          entry += reserve;
+          ++a->seq;
+          decisions[id] = Decision{true, a->account.id, a->seq};
+          change(i, *a, std::move(id), kind_name(kind), req.amount, pk, &entry);
+          out.status = LegStatus::posted;
+          break;
+        }
+        case LegOp::cancel_debit: {
+          const std::string debit_id = leg_id(req.transfer_id, req.account_id, kind_name(PostingKind::debit));
+          const auto d = decisions.find(debit_id);
+          if (d == decisions.end() || !d->second.posted) {
+            out.status = LegStatus::voided;
+            if (d == decisions.end()) void_leg(i, debit_id);
+            break;
+          }
+          out.status = LegStatus::reversed;
+          std::string id = leg_id(req.transfer_id, req.account_id, kind_name(PostingKind::reverse_debit));
+          if (decisions.count(id) != 0) break;
+          if (a == nullptr) {
+            failed = Status::fatal(display_name() + ": account " + std::string(req.account_id) +
+                                   " of a posted debit is missing");
+            break;
+          }
+          std::int64_t next = 0;
+          if (__builtin_add_overflow(a->account.balance, req.amount, &next)) {
+            failed = Status::fatal("reversing debit of transfer " + std::string(req.transfer_id) +
+                                   " would overflow account " + std::string(req.account_id));
+            break;
+          }
+          std::int64_t released = 0;
+          if (const auto e = a->pending.find(pk); e != a->pending.end()) {
+            released = e->second;
+            a->pending.erase(e);
+          }
+          a->account.balance = next;
+          a->account.reserved -= released;
+          ++a->seq;
+          decisions[id] = Decision{true, a->account.id, a->seq};
+          change(i, *a, std::move(id), kind_name(PostingKind::reverse_debit), req.amount, pk, nullptr);
+          break;
+        }
+        case LegOp::cancel_credit: {
+          const std::string credit_id = leg_id(req.transfer_id, req.account_id, kind_name(PostingKind::credit));
+          const auto d = decisions.find(credit_id);
+          if (d != decisions.end() && d->second.posted) {
+            out.status = LegStatus::credit_posted;
+            break;
+          }
+          out.status = LegStatus::voided;
+          if (d == decisions.end()) void_leg(i, credit_id);
+          break;
+        }
+        case LegOp::release: {
+          out.status = LegStatus::released;
+          if (a == nullptr) break;
+          const auto e = a->pending.find(pk);
+          if (e == a->pending.end()) break;
+          const std::int64_t released = e->second;
+          a->pending.erase(e);
+          a->account.reserved -= released;
+          ++a->seq;
+          change(i, *a, std::string(kRelease) + "|" + change_key(a->account.id, a->seq), kRelease, released, pk,
+                 nullptr);
+          break;
+        }
+      }
+    }
+    if (!failed) return failed;
+
+    // ---- the journal, in order: stops at the first record another writer beat
+    BulkResult inserted;
+    if (Status s = client_->bulk(
+            kJournal, true, [&](Client::Bulk& bulk) { for (const Write& w : writes) bulk.insert(w.doc->bson()); },
+            inserted, "writing leg journal entries");
+        !s) {
+      return s;
+    }
+    std::size_t done = writes.size();
+    if (!inserted.errors.empty()) {
+      const WriteError& e = inserted.errors.front();
+      if (e.code != kDuplicateKey) return Status::fatal(display_name() + ": writing leg journal entries: " + e.message);
+      done = e.index;
+      if (!writes[done].account.empty()) contended.insert(writes[done].account);
+    }
+
+    // ---- the accounts, each moved to its last change written
+    struct Final {
+      const Write* last = nullptr;
+    std::int64_t first_seq = 0;
+      std::map<std::string, const Doc*> pending;  // pk -> the change that last set or dropped it
+    };
+    std::map<std::string, Final> finals;
+    for (std::size_t w = 0; w < done; ++w) {
+      if (writes[w].account.empty()) continue;
+      Final& f = finals[writes[w].account];
+      if (f.last == nullptr) f.first_seq = writes[w].seq;
+      f.last = &writes[w];
+      f.pending[std::string(View(writes[w].doc->bson()).str("pk"))] = writes[w].doc.get();
+    }
+    if (!finals.empty()) {
+      BulkResult updated;
+      if (Status s = client_->bulk(
+              kAccounts, false,
+              [&](Client::Bulk& bulk) {
+                for (const auto& [id, f] : finals) {
+                  const View last(f.last->doc->bson());
+                  Doc filter;
+                  // From the version this batch read, or a later one of its own
+                  // changes: a copy written back by a stale writer is left to
+                  // settle, as the pending entries of the changes between
+                  // would be missing.
+                  filter.str("_id", id).sub("seq", [&](Builder& c) {
+                    c.i64("$gte", f.first_seq - 1).i64("$lt", f.last->seq);
+                  });
+                  Doc update;
+                  bool unset = false;
+                  update.sub("$set", [&](Builder& b) {
+                    b.i64("balance", last.i64("balance")).i64("reserved", last.i64("reserved")).i64("seq", f.last->seq);
+                    for (const auto& [pk, doc] : f.pending) {
+                      const View c(doc->bson());
+                      if (c.has("pv")) b.i64("pending." + pk, c.i64("pv"));
+                      else unset = true;
+                    }
+                  });
+                  if (unset) {
+                    update.sub("$unset", [&](Builder& b) {
+                      for (const auto& [pk, doc] : f.pending) {
+                        if (!View(doc->bson()).has("pv")) b.str("pending." + pk, "");
+                      }
+                    });
+                  }
+                  bulk.update_one(filter.bson(), update.bson());
+                }
+              },
+              updated, "applying leg changes to accounts");
+          !s) {
+        return s;
+      }
+      if (!updated.errors.empty()) {
+        return Status::fatal(display_name() + ": applying leg changes to accounts: " + updated.errors[0].message);
+      }
+    }
+    from = done == writes.size() ? batch.size() : writes[done].leg;
+  }
+  return Status::ok();
+}
+
+}  // namespace sagapool::mongo
