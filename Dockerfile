@@ -17,7 +17,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       g++ cmake make pkg-config \
       librdkafka-dev prometheus-cpp-dev libspdlog-dev libsqlite3-dev libpq-dev \
-      libcli11-dev nlohmann-json3-dev libtomlplusplus-dev \
+      libmongoc-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -30,7 +30,8 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       librdkafka1 librdkafka++1 libprometheus-cpp-pull1.0 libprometheus-cpp-core1.0 \
-      libspdlog1.10 libsqlite3-0 libpq5 libtomlplusplus3 ca-certificates \
+      libspdlog1.10 libsqlite3-0 libpq5 libmongoc-1.0-0 libbson-1.0-0 \
+      libtomlplusplus3 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 sagapool \
  && useradd --system --uid 10001 --gid sagapool --no-create-home \

@@ -7,14 +7,18 @@
 # of one ledger (initdb into the demo's folder, free loopback ports), stopped
 # and removed at the end; --shards N picks how many (1..4). Its summary adds
 # the store round trips per batch, from pg_stat_statements.
+# With --mongodb the ledger is a throwaway FerretDB (MongoDB's wire protocol
+# on SQLite, tools/mongodb/ferretdb.sh) in the demo's folder on a free
+# loopback port, stopped at the end; progress and summary then come from the
+# workers' /metrics (no MongoDB shell needed).
 # With --prometheus a local Prometheus scrapes the workers, with the alert and
 # recording rules of monitoring/ loaded, until the demo ends. The summary
 # plots throughput, latency and lag over time (gnuplot, PNG).
-# Usage: tools/demo.sh BIN_DIR [--broker kafka|mock] [--postgres [--shards N]] [--prometheus] [--transfers N] [--workers N] [--keep]
+# Usage: tools/demo.sh BIN_DIR [--broker kafka|mock] [--postgres [--shards N] | --mongodb] [--prometheus] [--transfers N] [--workers N] [--keep]
 set -euo pipefail
 BIN=$1; shift
 PROMETHEUS=0 OBS_PIDS=()  # --prometheus; the sampler's and Prometheus' pids
-TRANSFERS=200000 WORKERS=3 ACCOUNTS=1000 KEEP=0 POSTGRES=0 SHARDS=2 BROKER=kafka
+TRANSFERS=200000 WORKERS=3 ACCOUNTS=1000 KEEP=0 POSTGRES=0 MONGODB=0 SHARDS=2 BROKER=kafka
 while [ $# -gt 0 ]; do
   case "$1" in
     --broker) BROKER=$2; shift 2 ;;
@@ -23,6 +27,7 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=1; shift ;;
     --prometheus) PROMETHEUS=1; shift ;;
     --postgres) POSTGRES=1; shift ;;
+    --mongodb) MONGODB=1; shift ;;
     --shards) SHARDS=$2; shift 2 ;;
     *) echo "demo: unknown option $1" >&2; exit 2 ;;
   esac
@@ -35,12 +40,17 @@ case "$BROKER" in
   kafka|mock) ;;
   *) echo "demo: --broker takes kafka or mock" >&2; exit 2 ;;
 esac
+[ "$POSTGRES" = 1 ] && [ "$MONGODB" = 1 ] && { echo "demo: --postgres or --mongodb, not both" >&2; exit 2; }
 
 WORK=$(mktemp -d -t sagapool-demo-XXXXXX)
 PIDS=()
 PG_DIRS=()  # data folders of the PostgreSQL servers started (--postgres)
+FERRET_PID=""  # tools/mongodb/ferretdb.sh run (--mongodb)
 cleanup() {
   for pid in "${PIDS[@]}" "${OBS_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # The store goes last, once the workers are gone.
+  for pid in "${PIDS[@]}" "${OBS_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [ -z "$FERRET_PID" ] || kill "$FERRET_PID" 2>/dev/null || true
   wait 2>/dev/null || true
   for dir in "${PG_DIRS[@]}"; do pg_stop "$dir"; done
   if [ "$KEEP" = 1 ]; then echo "demo files kept in $WORK"
@@ -87,9 +97,11 @@ pg_round_trips() {
 }
 
 STORES=()  # the --store flags, in `sagactl init` order
-if [ "$POSTGRES" = 1 ]; then
+if [ "$POSTGRES" = 1 ] || [ "$MONGODB" = 1 ]; then
   trap 'exit 130' INT  # so the EXIT trap stops the servers on ^C and kill too
   trap 'exit 143' TERM
+fi
+if [ "$POSTGRES" = 1 ]; then
   say "0/6 starting $SHARDS throwaway PostgreSQL server(s), one per shard of the ledger"
   pg_init_tools
   # fsync off: a throwaway server (a killed server still keeps every commit;
@@ -106,6 +118,33 @@ if [ "$POSTGRES" = 1 ]; then
   SQL() { "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 -d "${PG_URLS[0]}" -c "$1"; }
   T=saga_transfers REQUESTED=requested_at_ms FINISHED_AT=finished_at_ms
   NO_REASON="reason IS NULL" UNNOTIFIED="NOT notified"
+elif [ "$MONGODB" = 1 ]; then
+  say "0/6 starting a throwaway FerretDB (MongoDB's wire protocol on SQLite)"
+  FERRETDB="$(dirname "${BASH_SOURCE[0]}")/mongodb/ferretdb.sh"
+  "$FERRETDB" fetch  # at once when ./dev build has (a minute's build otherwise)
+  MONGO_URL=""
+  # A port free a moment ago can be taken when the server binds it: try a few.
+  for attempt in 1 2 3 4 5; do
+    port=$((20000 + RANDOM % 30000))
+    port_free "$port" || continue
+    "$FERRETDB" run --dir "$WORK/ferretdb" --port "$port" >"$WORK/ferretdb.out" 2>&1 &
+    FERRET_PID=$!
+    for _ in $(seq 600); do
+      grep -q '^mongodb://' "$WORK/ferretdb.out" && break
+      kill -0 "$FERRET_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    if grep -q '^mongodb://' "$WORK/ferretdb.out"; then
+      MONGO_URL="$(grep -m1 '^mongodb://' "$WORK/ferretdb.out")sagapool"
+      break
+    fi
+    kill "$FERRET_PID" 2>/dev/null || true
+    wait "$FERRET_PID" 2>/dev/null || true
+    FERRET_PID=""
+  done
+  [ -n "$MONGO_URL" ] || { cat "$WORK/ferretdb.out" >&2; echo "demo: FerretDB did not start" >&2; exit 1; }
+  STORES+=(--store "$MONGO_URL")
+  echo "    store: $MONGO_URL (folder $WORK/ferretdb)"
 else
   STORES+=(--store "sqlite:$WORK/ledger.db")
   SQL() { sqlite3 "$WORK/ledger.db" "$1"; }
@@ -126,6 +165,54 @@ metric_sum() {  # metric_sum NAME: sum of a metric over the workers' /metrics
     total=$((total + ${v:-0}))
   done
   echo "$total"
+}
+# --mongodb: the store takes no SQL, so the wait and the summary read the
+# workers' /metrics instead. scrape_all: every worker's, one after the other.
+scrape_all() {
+  local p
+  for p in "${PORTS[@]}"; do curl -sf --max-time 2 "http://127.0.0.1:$p/metrics" 2>/dev/null || true; done
+}
+# Transfers not yet finished, or finished with their outcome not yet
+# published, from the first worker's store gauges (every worker reports the
+# same store; the gauges are cached for a second or more); "?" if it has none.
+store_open() {
+  curl -sf --max-time 2 "http://127.0.0.1:${PORTS[0]}/metrics" 2>/dev/null |
+    awk '/^(saga_transfers|saga_unpublished_outcomes)[{ ]/ { s += $2; seen = 1 }
+         END { if (seen) printf "%d", s; else print "?" }' || true
+}
+# The Q-quantile (0-1) of saga_transfer_duration_seconds over the workers, in
+# ms, interpolated in the buckets as histogram_quantile does.
+duration_quantile() {
+  scrape_all | awk -v q="$1" '
+    /^saga_transfer_duration_seconds_bucket[{]/ {
+      match($1, /le="[^"]*"/); le = substr($1, RSTART + 4, RLENGTH - 5)
+      if (!(le in b)) order[n++] = le
+      b[le] += $2
+    }
+    END {
+      if (n == 0 || b[order[n - 1]] == 0) { print "?"; exit }
+      target = q * b[order[n - 1]]; lo = 0; prev = 0
+      for (i = 0; i < n; i++) {
+        c = b[order[i]]
+        if (c >= target) {
+          if (order[i] == "+Inf") printf "%.0f", lo * 1000
+          else printf "%.0f", (lo + (order[i] - lo) * (c > prev ? (target - prev) / (c - prev) : 1)) * 1000
+          exit
+        }
+        prev = c; lo = order[i]
+      }
+    }'
+}
+# "    outcome STATE (REASON): N" lines, most first, from saga_transfers_finished_total.
+metric_outcomes() {
+  scrape_all | awk '
+    /^saga_transfers_finished_total[{]/ {
+      match($1, /outcome="[^"]*"/); o = substr($1, RSTART + 9, RLENGTH - 10)
+      match($1, /reason="[^"]*"/); r = substr($1, RSTART + 8, RLENGTH - 9)
+      n[o (r == "none" || r == "" ? "" : " (" r ")")] += $2
+    }
+    END { for (k in n) if (n[k] > 0) printf "%d %s\n", n[k], k }' |
+    sort -rn | awk '{ c = $1; $1 = ""; printf "    outcome%s: %d\n", $0, c }'
 }
 
 if [ "$BROKER" = kafka ]; then
@@ -238,28 +325,51 @@ VALID=$((TRANSFERS - ${INVALID:-0}))
 
 say "5/6 waiting for every request to reach an outcome"
 DEADLINE=$(( $(date +%s) + 150 ))
+ALL_FINISHED=""  # --mongodb: when the workers had finished every valid request
 while :; do
-  seen=$(SQL "SELECT count(*) FROM $T" 2>/dev/null || echo 0)
-  open=$(SQL "SELECT count(*) FROM $T WHERE state NOT IN ('done','canceled') OR $UNNOTIFIED" 2>/dev/null || echo "?")
-  line="    valid requests ingested: $seen / $VALID, not yet finished and published: $open"
+  if [ "$MONGODB" = 1 ]; then
+    # Each transfer finishes once (the terminal write is conditional); the
+    # store's gauges count only once read 2 s after the last one finished,
+    # so a cached reading from before cannot end the wait.
+    seen=$(metric_sum saga_transfers_finished_total)
+    open=$(store_open)
+    line="    valid requests finished: $seen / $VALID, not yet finished and published: $open"
+    if [ -z "$ALL_FINISHED" ] && [ "$seen" -ge "$VALID" ]; then ALL_FINISHED=$(date +%s.%N); fi
+    settled=0
+    [ -n "$ALL_FINISHED" ] && awk -v t="$ALL_FINISHED" -v now="$(date +%s.%N)" 'BEGIN {exit !(now >= t + 2)}' && settled=1
+  else
+    seen=$(SQL "SELECT count(*) FROM $T" 2>/dev/null || echo 0)
+    open=$(SQL "SELECT count(*) FROM $T WHERE state NOT IN ('done','canceled') OR $UNNOTIFIED" 2>/dev/null || echo "?")
+    line="    valid requests ingested: $seen / $VALID, not yet finished and published: $open"
+    settled=1
+  fi
   if [ -t 1 ]; then printf '\r%s   ' "$line"; elif [ $((SECONDS % 3)) = 0 ]; then echo "$line"; fi
-  if [ "$seen" -ge "$VALID" ] && [ "$open" = 0 ]; then break; fi
+  if [ "$seen" -ge "$VALID" ] && [ "$open" = 0 ] && [ "$settled" = 1 ]; then break; fi
   if [ "$(date +%s)" -ge "$DEADLINE" ]; then echo; echo "demo: timed out waiting for outcomes" >&2; exit 1; fi
   sleep 0.5
 done
 echo
-END=$(date +%s.%N)
+END=${ALL_FINISHED:-$(date +%s.%N)}
 
 say "6/6 summary"
 DEAD=$(metric_sum saga_dead_letters_total)
-FINISHED=$(SQL "SELECT count(*) FROM $T")
-SPAN_MS=$(SQL "SELECT max($FINISHED_AT) - min($REQUESTED) FROM $T")
-pct() { SQL "SELECT $FINISHED_AT - $REQUESTED AS ms FROM $T ORDER BY ms LIMIT 1 OFFSET $((FINISHED * $1 / 100))"; }
-echo "    transfers finished:  $FINISHED"
-echo "    end-to-end rate:     $((FINISHED * 1000 / (SPAN_MS > 0 ? SPAN_MS : 1))) transfers/s (first request timestamp to last outcome)"
-echo "    latency p50 / p99:   $(pct 50) ms / $(pct 99) ms (request timestamp to terminal state)"
-SQL "SELECT '    outcome ' || state || (CASE WHEN $NO_REASON THEN '' ELSE ' (' || reason || ')' END) || ': ' || count(*)
-     FROM $T GROUP BY state, reason ORDER BY count(*) DESC"
+if [ "$MONGODB" = 1 ]; then
+  FINISHED=$(metric_sum saga_transfers_finished_total)
+  SPAN_MS=$(awk -v a="$START" -v b="$END" 'BEGIN {printf "%d", (b - a) * 1000}')
+  echo "    transfers finished:  $FINISHED"
+  echo "    end-to-end rate:     $((FINISHED * 1000 / (SPAN_MS > 0 ? SPAN_MS : 1))) transfers/s (first publish to last terminal state)"
+  echo "    latency p50 / p99:   $(duration_quantile 0.5) ms / $(duration_quantile 0.99) ms (request timestamp to terminal state; from the histogram buckets)"
+  metric_outcomes
+else
+  FINISHED=$(SQL "SELECT count(*) FROM $T")
+  SPAN_MS=$(SQL "SELECT max($FINISHED_AT) - min($REQUESTED) FROM $T")
+  pct() { SQL "SELECT $FINISHED_AT - $REQUESTED AS ms FROM $T ORDER BY ms LIMIT 1 OFFSET $((FINISHED * $1 / 100))"; }
+  echo "    transfers finished:  $FINISHED"
+  echo "    end-to-end rate:     $((FINISHED * 1000 / (SPAN_MS > 0 ? SPAN_MS : 1))) transfers/s (first request timestamp to last outcome)"
+  echo "    latency p50 / p99:   $(pct 50) ms / $(pct 99) ms (request timestamp to terminal state)"
+  SQL "SELECT '    outcome ' || state || (CASE WHEN $NO_REASON THEN '' ELSE ' (' || reason || ')' END) || ': ' || count(*)
+       FROM $T GROUP BY state, reason ORDER BY count(*) DESC"
+fi
 echo "    dead letters:        $DEAD (invalid or conflicting requests, on transfers.dlq)"
 awk -v a="$START" -v b="$END" 'BEGIN {printf "    wall time:           %.1f s from first publish to last outcome\n", b - a}'
 [ "$POSTGRES" = 1 ] && [ -n "$PG_STATS" ] && pg_round_trips

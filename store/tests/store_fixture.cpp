@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "ferret_server.hpp"
 #include "pg_server.hpp"
 #include "store_test.hpp"
 
@@ -16,6 +17,12 @@ PgServer& shared_pg_server() {
   return server;
 }
 
+FerretServer& shared_ferret_server() {
+  // As shared_pg_server: stopped at exit, or with the test process.
+  static FerretServer server;
+  return server;
+}
+
 std::string StoreTest::new_url() {
   if (GetParam() == "sqlite") {
     dirs_.push_back(std::make_unique<TempDir>("sagapool-store"));
@@ -23,6 +30,7 @@ std::string StoreTest::new_url() {
   }
   static std::atomic<int> counter{0};
   const std::string name = "store_" + std::to_string(::getpid()) + "_" + std::to_string(++counter);
+  if (GetParam() == "mongodb") return shared_ferret_server().create_database(name);
   return shared_pg_server().create_database(name);
 }
 

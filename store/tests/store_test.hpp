@@ -2,7 +2,7 @@
 // The store conformance suite: every backend runs the same cases
 // (store_conformance_test.cpp). Each backend's executable instantiates the
 // suite for itself (instantiate_*.cpp), so `ctest -L unit` runs the SQLite
-// cases without a server and `-L integration` the PostgreSQL ones.
+// cases without a server and `-L integration` the PostgreSQL and MongoDB ones.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -81,7 +81,7 @@ Status insert_one(Store& s, const TransferSpec& t, std::string_view owner, std::
 // 15% cancel_debit, 10% cancel_credit, 10% release.
 LegOp leg_op_for_roll(std::uint64_t roll);
 
-// The parameter is the backend name: "sqlite" or "postgresql".
+// The parameter is the backend name: "sqlite", "postgresql" or "mongodb".
 class StoreTest : public testing::TestWithParam<std::string> {
  protected:
   void SetUp() override;
@@ -136,5 +136,8 @@ class StoreTest : public testing::TestWithParam<std::string> {
 // exit); every test gets its own database.
 class PgServer;
 PgServer& shared_pg_server();
+// The same for MongoDB: one FerretDB, a database per test.
+class FerretServer;
+FerretServer& shared_ferret_server();
 
 }  // namespace sagapool::test
