@@ -12,6 +12,13 @@ namespace sagapool::test {
 namespace {
 
 constexpr int kTransfers = 12'000;  // two legs each: 24,000 records per leg call
+// The MongoDB store reads 1,000 ids to a query and writes 50 updates to a
+// command. FerretDB, the server it is tested on, spends time in proportion
+// to the collection on every document it updates (2,500 transfers took
+// 7 minutes), so it gets a call just over one query's worth.
+constexpr int kMongoTransfers = 1'100;
+
+int transfers_for(const std::string& backend) { return backend == "mongodb" ? kMongoTransfers : kTransfers; }
 constexpr std::int64_t kOpening = 1000;
 constexpr std::int64_t kAmount = 100;
 
@@ -21,10 +28,10 @@ struct Saga {
 };
 
 // Transfer i moves kAmount from account i to account i + 1.
-Saga chain(const std::string& prefix) {
+Saga chain(const std::string& prefix, int transfers) {
   Saga s;
-  for (int i = 0; i <= kTransfers; ++i) s.accounts.push_back(prefix + "-a" + std::to_string(i));
-  for (std::size_t i = 0; i < static_cast<std::size_t>(kTransfers); ++i) {
+  for (int i = 0; i <= transfers; ++i) s.accounts.push_back(prefix + "-a" + std::to_string(i));
+  for (std::size_t i = 0; i < static_cast<std::size_t>(transfers); ++i) {
     s.specs.push_back(spec(prefix + "-t" + std::to_string(i), s.accounts[i], s.accounts[i + 1],
                            kAmount));
   }
@@ -114,12 +121,13 @@ TEST_P(StoreTest, CallsLargerThanOneStatementAreTakenWhole) {
                     .is_ok());
     EXPECT_EQ(notified, saga.specs.size());
     EXPECT_EQ(account(saga.accounts.front()).balance, kOpening - kAmount);
-    EXPECT_EQ(account(saga.accounts[kTransfers / 2]).balance, kOpening);
+    EXPECT_EQ(account(saga.accounts[saga.specs.size() / 2]).balance, kOpening);
     EXPECT_EQ(account(saga.accounts.back()).balance, kOpening + kAmount);
-    EXPECT_EQ(account(saga.accounts[kTransfers / 2]).reserved, 0);
+    EXPECT_EQ(account(saga.accounts[saga.specs.size() / 2]).reserved, 0);
   };
-  ASSERT_NO_FATAL_FAILURE(run_saga(chain("u"), false));
-  if (store_->supports_scope()) ASSERT_NO_FATAL_FAILURE(run_saga(chain("s"), true));
+  const int transfers = transfers_for(GetParam());
+  ASSERT_NO_FATAL_FAILURE(run_saga(chain("u", transfers), false));
+  if (store_->supports_scope()) ASSERT_NO_FATAL_FAILURE(run_saga(chain("s", transfers), true));
   expect_balances_match_postings(*store_);
 }
 

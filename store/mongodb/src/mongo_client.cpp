@@ -222,62 +222,90 @@ Status Client::find(const char* name, const bson_t* filter, const bson_t* opts,
   return Status::ok();
 }
 
-void Client::Bulk::insert(const bson_t* doc) {
-  if (!failed_ && !mongoc_bulk_operation_insert_with_opts(b_, doc, nullptr, &error_)) failed_ = true;
-  ++n_;
-}
-void Client::Bulk::update_one(const bson_t* filter, const bson_t* update, bool upsert) {
-  Doc opts;
-  if (upsert) opts.boolean("upsert", true);
-  if (!failed_ && !mongoc_bulk_operation_update_one_with_opts(b_, filter, update, opts.bson(), &error_)) {
-    failed_ = true;
+Client::Bulk::~Bulk() {
+  for (Op& op : ops_) {
+    bson_destroy(op.a);
+    if (op.b != nullptr) bson_destroy(op.b);
   }
-  ++n_;
 }
-void Client::Bulk::delete_one(const bson_t* filter) {
-  if (!failed_ && !mongoc_bulk_operation_remove_one_with_opts(b_, filter, nullptr, &error_)) failed_ = true;
-  ++n_;
+void Client::Bulk::insert(const bson_t* doc) { ops_.push_back({Kind::insert, bson_copy(doc), nullptr}); }
+void Client::Bulk::update_one(const bson_t* filter, const bson_t* update, bool upsert) {
+  ops_.push_back({upsert ? Kind::upsert : Kind::update, bson_copy(filter), bson_copy(update)});
 }
+void Client::Bulk::delete_one(const bson_t* filter) { ops_.push_back({Kind::remove, bson_copy(filter), nullptr}); }
 
-Status Client::bulk(const char* name, bool ordered, const std::function<void(Bulk&)>& ops,
-                    BulkResult& out, std::string_view what) {
+namespace {
+constexpr std::size_t kInsertsPerCommand = 1000;
+constexpr std::size_t kChangesPerCommand = 50;
+}  // namespace
+
+Status Client::bulk(const char* name, bool ordered, const std::function<void(Bulk&)>& ops, BulkResult& out,
+                    std::string_view what) {
   out = {};
+  Bulk all;
+  ops(all);
   Doc opts;
   opts.boolean("ordered", ordered);
-  std::unique_ptr<mongoc_bulk_operation_t, BulkFree> b(
-      mongoc_collection_create_bulk_operation_with_opts(collection(name), opts.bson()));
-  Bulk bulk(b.get());
-  ops(bulk);
-  if (bulk.failed_) return Status::fatal(display_ + ": " + std::string(what) + ": " + bulk.error_.message);
-  if (bulk.n_ == 0) return Status::ok();
-  Doc reply;
-  bson_destroy(reply.bson());
-  bson_error_t err;
-  const bool ok = mongoc_bulk_operation_execute(b.get(), reply.bson(), &err) != 0;
-  const View r(reply.bson());
-  out.matched = r.i64("nMatched");
-  out.inserted = r.i64("nInserted");
-  bson_iter_t it;
-  bson_iter_t errors;
-  if (bson_iter_init_find(&it, reply.bson(), "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
-      bson_iter_recurse(&it, &errors)) {
-    while (bson_iter_next(&errors)) {
-      bson_t e;
-      std::uint32_t len = 0;
-      const std::uint8_t* data = nullptr;
-      bson_iter_document(&errors, &len, &data);
-      if (data == nullptr || !bson_init_static(&e, data, len)) continue;
-      const View ev(&e);
-      out.errors.push_back({static_cast<std::size_t>(ev.i64("index")), static_cast<int>(ev.i64("code")),
-                            std::string(ev.str("errmsg"))});
+  Doc upsert;
+  upsert.boolean("upsert", true);
+  for (std::size_t from = 0; from < all.ops_.size();) {
+    // One piece: operations of one kind, up to that kind's limit.
+    const bool inserts = all.ops_[from].kind == Bulk::Kind::insert;
+    const std::size_t limit = inserts ? kInsertsPerCommand : kChangesPerCommand;
+    std::size_t end = from;
+    while (end < all.ops_.size() && end - from < limit &&
+           (all.ops_[end].kind == Bulk::Kind::insert) == inserts) {
+      ++end;
     }
-  }
-  if (!ok && out.errors.empty()) return map_error(err, what);
-  if (bson_iter_init_find(&it, reply.bson(), "writeConcernErrors") && BSON_ITER_HOLDS_ARRAY(&it)) {
-    bson_iter_t wc;
-    if (bson_iter_recurse(&it, &wc) && bson_iter_next(&wc)) {
-      return Status::retry_call(display_ + ": " + std::string(what) + ": write concern not satisfied");
+    std::unique_ptr<mongoc_bulk_operation_t, BulkFree> b(
+        mongoc_collection_create_bulk_operation_with_opts(collection(name), opts.bson()));
+    bson_error_t err;
+    for (std::size_t i = from; i < end; ++i) {
+      const Bulk::Op& op = all.ops_[i];
+      bool added = false;
+      switch (op.kind) {
+        case Bulk::Kind::insert: added = mongoc_bulk_operation_insert_with_opts(b.get(), op.a, nullptr, &err); break;
+        case Bulk::Kind::update:
+          added = mongoc_bulk_operation_update_one_with_opts(b.get(), op.a, op.b, nullptr, &err);
+          break;
+        case Bulk::Kind::upsert:
+          added = mongoc_bulk_operation_update_one_with_opts(b.get(), op.a, op.b, upsert.bson(), &err);
+          break;
+        case Bulk::Kind::remove: added = mongoc_bulk_operation_remove_one_with_opts(b.get(), op.a, nullptr, &err); break;
+      }
+      if (!added) return Status::fatal(display_ + ": " + std::string(what) + ": " + err.message);
     }
+    Doc reply;
+    bson_destroy(reply.bson());
+    const bool ok = mongoc_bulk_operation_execute(b.get(), reply.bson(), &err) != 0;
+    const View r(reply.bson());
+    out.matched += r.i64("nMatched");
+    out.inserted += r.i64("nInserted");
+    const std::size_t errors_before = out.errors.size();
+    bson_iter_t it;
+    bson_iter_t errors;
+    if (bson_iter_init_find(&it, reply.bson(), "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &errors)) {
+      while (bson_iter_next(&errors)) {
+        bson_t e;
+        std::uint32_t len = 0;
+        const std::uint8_t* data = nullptr;
+        bson_iter_document(&errors, &len, &data);
+        if (data == nullptr || !bson_init_static(&e, data, len)) continue;
+        const View ev(&e);
+        out.errors.push_back({from + static_cast<std::size_t>(ev.i64("index")), static_cast<int>(ev.i64("code")),
+                              std::string(ev.str("errmsg"))});
+      }
+    }
+    if (!ok && out.errors.size() == errors_before) return map_error(err, what);
+    if (bson_iter_init_find(&it, reply.bson(), "writeConcernErrors") && BSON_ITER_HOLDS_ARRAY(&it)) {
+      bson_iter_t wc;
+      if (bson_iter_recurse(&it, &wc) && bson_iter_next(&wc)) {
+        return Status::retry_call(display_ + ": " + std::string(what) + ": write concern not satisfied");
+      }
+    }
+    if (ordered && out.errors.size() > errors_before) break;
+    from = end;
   }
   return Status::ok();
 }

@@ -137,20 +137,28 @@ class Client {
   std::string display_;
 };
 
+// The operations of one bulk write, kept until Client::bulk sends them in
+// pieces: FerretDB 1.24 stops answering (and then serves no one) when one
+// update command carries 100 statements or more, so updates and deletes go
+// 50 to a command; inserts go 1,000 to a command.
 class Client::Bulk {
  public:
   void insert(const bson_t* doc);
   void update_one(const bson_t* filter, const bson_t* update, bool upsert = false);
   void delete_one(const bson_t* filter);
-  std::size_t size() const { return n_; }
+  std::size_t size() const { return ops_.size(); }
 
  private:
   friend class Client;
-  explicit Bulk(mongoc_bulk_operation_t* b) : b_(b) {}
-  mongoc_bulk_operation_t* b_;
-  std::size_t n_ = 0;
-  bool failed_ = false;
-  bson_error_t error_{};
+  enum class Kind : std::uint8_t { insert, update, upsert, remove };
+  struct Op {
+    Kind kind;
+    bson_t* a;  // the document, or the filter
+    bson_t* b;  // the update (update, upsert)
+  };
+  Bulk() = default;
+  ~Bulk();
+  std::vector<Op> ops_;
 };
 
 }  // namespace sagapool::mongo

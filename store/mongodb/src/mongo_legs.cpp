@@ -67,42 +67,51 @@ Status MongoStore::read_accounts(std::span<const std::string> ids,
   return Status::ok();
 }
 
-Status MongoStore::settle(std::string_view account_id, std::int64_t seq) {
+void apply_change(AccountState& a, const View& change) {
+  a.account.balance = change.i64("balance");
+  a.account.reserved = change.i64("reserved");
+  a.account.locked = change.boolean("locked");
+  a.seq = change.i64("seq");
+  const std::string pk(change.str("pk"));
+  if (pk.empty()) return;
+  if (change.has("pv")) a.pending[pk] = change.i64("pv");
+  else a.pending.erase(pk);
+}
+
+void account_update(Doc& update, const AccountState& a) {
+  update.sub("$set", [&](Builder& b) {
+    b.i64("balance", a.account.balance).i64("reserved", a.account.reserved).boolean("locked", a.account.locked);
+    b.i64("seq", a.seq);
+    b.sub("pending", [&](Builder& p) {
+      for (const auto& [pk, reserve] : a.pending) p.i64(pk, reserve);
+    });
+  });
+}
+
+Status MongoStore::settle(std::string_view account_id) {
+  const std::string id(account_id);
+  std::map<std::string, AccountState, std::less<>> read;
+  if (Status s = read_accounts(std::span(&id, 1), read); !s) return s;
+  const auto it = read.find(id);
+  if (it == read.end()) return Status::ok();
+  AccountState& a = it->second;
+  const std::int64_t from = a.seq;
   Doc filter;
   filter.str("a", account_id);
-  filter.sub("seq", [&](Builder& c) { c.i64("$gt", seq); });
+  filter.sub("seq", [&](Builder& c) { c.i64("$gt", from); });
   Doc opts;
   opts.sub("sort", [](Builder& s) { s.i64("a", 1).i64("seq", 1); });
-  struct Change {
-    std::int64_t seq, balance, reserved;
-    std::string pk;
-    bool set;
-    std::int64_t pv;
-  };
-  std::vector<Change> changes;
-  if (Status s = client_->find(kJournal, filter.bson(), opts.bson(),
-                               [&](const View& v) {
-                                 changes.push_back({v.i64("seq"), v.i64("balance"), v.i64("reserved"),
-                                                    std::string(v.str("pk")), v.has("pv"), v.i64("pv")});
-                               },
+  if (Status s = client_->find(kJournal, filter.bson(), opts.bson(), [&](const View& v) { apply_change(a, v); },
                                "reading an account's unapplied changes");
       !s) {
     return s;
   }
-  for (const Change& c : changes) {
-    Doc f;
-    f.str("_id", account_id).i64("seq", c.seq - 1);
-    Doc update;
-    update.sub("$set", [&](Builder& b) {
-      b.i64("balance", c.balance).i64("reserved", c.reserved).i64("seq", c.seq);
-      if (c.set) b.i64("pending." + c.pk, c.pv);
-    });
-    if (!c.set) update.sub("$unset", [&](Builder& b) { b.str("pending." + c.pk, ""); });
-    if (Status s = client_->update_many(kAccounts, f.bson(), update.bson(), nullptr, "applying an account's change"); !s) {
-      return s;
-    }
-  }
-  return Status::ok();
+  if (a.seq == from) return Status::ok();
+  Doc by_id;
+  by_id.str("_id", account_id);
+  Doc update;
+  account_update(update, a);
+  return client_->update_many(kAccounts, by_id.bson(), update.bson(), nullptr, "applying an account's changes");
 }
 
 Status MongoStore::settle_all() {
@@ -131,7 +140,7 @@ Status MongoStore::settle_all() {
     return s;
   }
   for (const std::string& id : behind) {
-    if (Status s = settle(id, seqs[id]); !s) return s;
+    if (Status s = settle(id); !s) return s;
   }
   return Status::ok();
 }
@@ -208,13 +217,13 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
     }
     if (!behind.empty()) {
       for (const std::string& id : behind) {
-        const auto it = accounts.find(id);
-        if (it == accounts.end()) continue;
-        if (Status s = settle(id, it->second.seq); !s) return s;
+        if (Status s = settle(id); !s) return s;
       }
       std::vector<std::string> ids(behind.begin(), behind.end());
       if (Status s = read_accounts(ids, accounts); !s) return s;
     }
+
+    const std::map<std::string, AccountState, std::less<>> base = accounts;
 
     // ---- plan
     std::vector<Write> writes;
@@ -224,7 +233,8 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
       auto doc = std::make_unique<Doc>();
       doc->str("_id", id).str("k", change_key(a.account.id, a.seq)).str("a", a.account.id).i64("seq", a.seq);
       doc->str("t", r.transfer_id).str("kind", kind).i64("amount", amount).i64("at", now);
-      doc->i64("balance", a.account.balance).i64("reserved", a.account.reserved).str("pk", pk);
+      doc->i64("balance", a.account.balance).i64("reserved", a.account.reserved);
+      doc->boolean("locked", a.account.locked).str("pk", pk);
       if (pv != nullptr) doc->i64("pv", *pv);
       writes.push_back({leg, std::move(doc), a.account.id, a.seq});
     };
@@ -377,52 +387,25 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
       if (!writes[done].account.empty()) contended.insert(writes[done].account);
     }
 
-    // ---- the accounts, each moved to its last change written
-    struct Final {
-      const Write* last = nullptr;
-    std::int64_t first_seq = 0;
-      std::map<std::string, const Doc*> pending;  // pk -> the change that last set or dropped it
-    };
-    std::map<std::string, Final> finals;
+    // ---- the accounts, each moved to its last change written: by _id
+    // alone, as the state is the whole of the journal up to that change
+    std::map<std::string, AccountState, std::less<>> after;
     for (std::size_t w = 0; w < done; ++w) {
       if (writes[w].account.empty()) continue;
-      Final& f = finals[writes[w].account];
-      if (f.last == nullptr) f.first_seq = writes[w].seq;
-      f.last = &writes[w];
-      f.pending[std::string(View(writes[w].doc->bson()).str("pk"))] = writes[w].doc.get();
+      auto it = after.find(writes[w].account);
+      if (it == after.end()) it = after.emplace(writes[w].account, base.at(writes[w].account)).first;
+      apply_change(it->second, View(writes[w].doc->bson()));
     }
-    if (!finals.empty()) {
+    if (!after.empty()) {
       BulkResult updated;
       if (Status s = client_->bulk(
               kAccounts, false,
               [&](Client::Bulk& bulk) {
-                for (const auto& [id, f] : finals) {
-                  const View last(f.last->doc->bson());
+                for (const auto& [id, a] : after) {
                   Doc filter;
-                  // From the version this batch read, or a later one of its own
-                  // changes: a copy written back by a stale writer is left to
-                  // settle, as the pending entries of the changes between
-                  // would be missing.
-                  filter.str("_id", id).sub("seq", [&](Builder& c) {
-                    c.i64("$gte", f.first_seq - 1).i64("$lt", f.last->seq);
-                  });
+                  filter.str("_id", id);
                   Doc update;
-                  bool unset = false;
-                  update.sub("$set", [&](Builder& b) {
-                    b.i64("balance", last.i64("balance")).i64("reserved", last.i64("reserved")).i64("seq", f.last->seq);
-                    for (const auto& [pk, doc] : f.pending) {
-                      const View c(doc->bson());
-                      if (c.has("pv")) b.i64("pending." + pk, c.i64("pv"));
-                      else unset = true;
-                    }
-                  });
-                  if (unset) {
-                    update.sub("$unset", [&](Builder& b) {
-                      for (const auto& [pk, doc] : f.pending) {
-                        if (!View(doc->bson()).has("pv")) b.str("pending." + pk, "");
-                      }
-                    });
-                  }
+                  account_update(update, a);
                   bulk.update_one(filter.bson(), update.bson());
                 }
               },
@@ -437,6 +420,44 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
     from = done == writes.size() ? batch.size() : writes[done].leg;
   }
   return Status::ok();
+}
+
+// A lock is a change like any other, so that no document written back from
+// an older version can undo it.
+Status MongoStore::set_locked(std::string_view id, bool locked, bool& found) {
+  const std::string key(id);
+  for (int plan = 0; plan < kMaxPlans; ++plan) {
+    std::map<std::string, AccountState, std::less<>> read;
+    if (Status s = read_accounts(std::span(&key, 1), read); !s) return s;
+    found = read.count(key) != 0;
+    if (!found) return Status::ok();
+    AccountState a = read.at(key);
+    if (a.account.locked == locked) return Status::ok();
+    a.account.locked = locked;
+    ++a.seq;
+    Doc change;
+    const std::string k = change_key(key, a.seq);
+    change.str("_id", "lock|" + k).str("k", k).str("a", key).i64("seq", a.seq).str("kind", "lock");
+    change.i64("at", 0).i64("balance", a.account.balance).i64("reserved", a.account.reserved);
+    change.boolean("locked", locked).str("pk", "");
+    BulkResult r;
+    if (Status s = client_->bulk(kJournal, true, [&](Client::Bulk& bulk) { bulk.insert(change.bson()); }, r,
+                                 "logging an account lock");
+        !s) {
+      return s;
+    }
+    if (!r.errors.empty()) {
+      if (r.errors[0].code != kDuplicateKey) return Status::fatal(display_name() + ": locking an account: " + r.errors[0].message);
+      if (Status s = settle(key); !s) return s;
+      continue;
+    }
+    Doc filter;
+    filter.str("_id", key);
+    Doc update;
+    account_update(update, a);
+    return client_->update_many(kAccounts, filter.bson(), update.bson(), nullptr, "locking an account");
+  }
+  return Status::retry_call(display_name() + ": account " + key + " kept changing while being locked");
 }
 
 }  // namespace sagapool::mongo

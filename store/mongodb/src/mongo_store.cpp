@@ -541,19 +541,6 @@ Status MongoStore::load_accounts(std::span<const std::string_view> ids, std::spa
   return Status::ok();
 }
 
-Status MongoStore::set_locked(std::string_view id, bool locked, bool& found) {
-  Doc filter;
-  filter.str("_id", id);
-  Doc update;
-  update.sub("$set", [&](Builder& b) { b.boolean("locked", locked); });
-  std::int64_t matched = 0;
-  if (Status s = client_->update_many(kAccounts, filter.bson(), update.bson(), &matched, "locking an account"); !s) {
-    return s;
-  }
-  found = matched > 0;
-  return Status::ok();
-}
-
 namespace {
 
 void posting_kinds(Builder& a) {

@@ -125,9 +125,10 @@ class MongoStore final : public Store {
 
   // mongo_legs.cpp
   Status read_accounts(std::span<const std::string> ids, std::map<std::string, AccountState, std::less<>>& out);
-  // Applies the account's changes numbered above `seq` that are in the
-  // journal but not yet on the account (a crashed or slow writer's).
-  Status settle(std::string_view account_id, std::int64_t seq);
+  // Brings the account document up to its last change in the journal
+  // (after a crashed writer, or a stale one that wrote back an older
+  // version).
+  Status settle(std::string_view account_id);
   // Settles every account (before the audit's scans).
   Status settle_all();
 

@@ -97,8 +97,8 @@ Status MongoStore::commit_transfer_changes(std::span<const Versioned* const> cha
             [&](Client::Bulk& bulk) {
               for (std::size_t i = from; i < end; ++i) {
                 if (won[i] == 0) continue;
-                Doc filter;
-                filter.str("_id", changes[i]->doc.id).i64("v", changes[i]->v - 1);
+                Doc filter;  // by _id alone: the change holds every field that changes
+                filter.str("_id", changes[i]->doc.id);
                 Doc update;
                 apply_update(update, View(logged[i].bson()));
                 bulk.update_one(filter.bson(), update.bson());
@@ -117,29 +117,25 @@ Status MongoStore::settle_transfer(std::string_view id, std::int64_t v) {
   Doc filter;
   filter.str("t", id).sub("v", [&](Builder& c) { c.i64("$gt", v); });
   Doc opts;
-  opts.sub("sort", [](Builder& s) { s.i64("t", 1).i64("v", 1); });
-  std::vector<std::unique_ptr<Doc>> changes;
+  opts.sub("sort", [](Builder& s) { s.i64("t", 1).i64("v", -1); });
+  opts.i64("limit", 1);
+  Doc last;
+  bool found = false;
   if (Status s = client_->find(kTransferLog, filter.bson(), opts.bson(),
                                [&](const View& c) {
-                                 auto d = std::make_unique<Doc>();
-                                 bson_concat(d->bson(), c.get());
-                                 changes.push_back(std::move(d));
+                                 bson_concat(last.bson(), c.get());
+                                 found = true;
                                },
-                               "reading a transfer's unapplied changes");
+                               "reading a transfer's last change");
       !s) {
     return s;
   }
-  for (const auto& c : changes) {
-    const View change(c->bson());
-    Doc f;
-    f.str("_id", id).i64("v", change.i64("v") - 1);
-    Doc update;
-    apply_update(update, change);
-    if (Status s = client_->update_many(kTransfers, f.bson(), update.bson(), nullptr, "applying a transfer's change"); !s) {
-      return s;
-    }
-  }
-  return Status::ok();
+  if (!found) return Status::ok();
+  Doc by_id;
+  by_id.str("_id", id);
+  Doc update;
+  apply_update(update, View(last.bson()));  // every changing field: the last change is enough
+  return client_->update_many(kTransfers, by_id.bson(), update.bson(), nullptr, "applying a transfer's change");
 }
 
 Status MongoStore::settle_all_transfers() {
