@@ -20,6 +20,10 @@ struct FamOptsFree {
   void operator()(mongoc_find_and_modify_opts_t* o) const noexcept { mongoc_find_and_modify_opts_destroy(o); }
 };
 
+// Documents a find asks for in its first reply (the server still caps the
+// reply at 16 MB).
+constexpr std::int64_t kFirstBatch = 1'000'000;
+
 // Server errors that a later attempt can get past: the network, elections,
 // shutdowns, write-concern and lock timeouts, write conflicts.
 bool transient_server_code(std::uint32_t code) {
@@ -136,7 +140,13 @@ void View::each_i64(const char* key, const std::function<void(std::string_view, 
 
 Status Client::open(const std::string& url, std::unique_ptr<Client>& out) {
   static std::once_flag init;
-  std::call_once(init, [] { mongoc_init(); });
+  std::call_once(init, [] {
+    mongoc_init();
+    // The driver's own warnings (FerretDB answers "no such command" to the
+    // endSessions a client sends when it closes) are not ours to print;
+    // errors reach the caller as Status.
+    mongoc_log_set_handler([](mongoc_log_level_t, const char*, const char*, void*) {}, nullptr);
+  });
   bson_error_t err;
   std::unique_ptr<mongoc_uri_t, UriFree> uri(mongoc_uri_new_with_error(url.c_str(), &err));
   // The parser's message names the rule broken, never the URL's text.
@@ -213,8 +223,13 @@ Status Client::server_now(std::int64_t& out) {
 
 Status Client::find(const char* name, const bson_t* filter, const bson_t* opts,
                     const std::function<void(const View&)>& fn, std::string_view what) {
+  // Everything in the first reply: FerretDB 1.24 can stop serving every
+  // connection while a cursor is open across commands and others write.
+  Doc all;
+  if (opts != nullptr) bson_concat(all.bson(), opts);
+  if (opts == nullptr || !bson_has_field(opts, "batchSize")) all.i64("batchSize", kFirstBatch);
   std::unique_ptr<mongoc_cursor_t, CursorFree> cursor(
-      mongoc_collection_find_with_opts(collection(name), filter, opts, nullptr));
+      mongoc_collection_find_with_opts(collection(name), filter, all.bson(), nullptr));
   const bson_t* doc = nullptr;
   while (mongoc_cursor_next(cursor.get(), &doc)) fn(View(doc));
   bson_error_t err;
@@ -236,7 +251,7 @@ void Client::Bulk::delete_one(const bson_t* filter) { ops_.push_back({Kind::remo
 
 namespace {
 constexpr std::size_t kInsertsPerCommand = 1000;
-constexpr std::size_t kChangesPerCommand = 50;
+constexpr std::size_t kChangesPerCommand = 10;
 }  // namespace
 
 Status Client::bulk(const char* name, bool ordered, const std::function<void(Bulk&)>& ops, BulkResult& out,

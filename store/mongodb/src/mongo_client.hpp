@@ -138,9 +138,10 @@ class Client {
 };
 
 // The operations of one bulk write, kept until Client::bulk sends them in
-// pieces: FerretDB 1.24 stops answering (and then serves no one) when one
-// update command carries 100 statements or more, so updates and deletes go
-// 50 to a command; inserts go 1,000 to a command.
+// pieces: updates and deletes 10 to a command, inserts 1,000. FerretDB 1.24
+// holds one of its 100 SQLite connections per update statement until the
+// command ends; when the commands of all clients together hold them all it
+// stops answering anyone (one command of 100 statements is enough).
 class Client::Bulk {
  public:
   void insert(const bson_t* doc);
