@@ -223,8 +223,10 @@ Status Client::server_now(std::int64_t& out) {
 
 Status Client::find(const char* name, const bson_t* filter, const bson_t* opts,
                     const std::function<void(const View&)>& fn, std::string_view what) {
-  // Everything in the first reply: FerretDB 1.24 can stop serving every
-  // connection while a cursor is open across commands and others write.
+  // Everything in the first reply, and no "limit" (callers stop taking
+  // documents instead): FerretDB 1.24 keeps one of its 100 SQLite
+  // connections for every cursor it did not read to the end, and stops
+  // serving anyone when they are all taken.
   Doc all;
   if (opts != nullptr) bson_concat(all.bson(), opts);
   if (opts == nullptr || !bson_has_field(opts, "batchSize")) all.i64("batchSize", kFirstBatch);

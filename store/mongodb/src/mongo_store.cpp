@@ -406,10 +406,10 @@ Status MongoStore::list_stale(std::int64_t before_ms, std::size_t limit, std::ve
   filter.sub("modified", [&](Builder& c) { c.i64("$lt", before_ms); });
   Doc opts;
   opts.sub("sort", [](Builder& s) { s.i64("modified", 1).i64("_id", 1); });
-  opts.i64("limit", static_cast<std::int64_t>(limit));
   Status bad;
   if (Status s = client_->find(kTransfers, filter.bson(), opts.bson(),
                                [&](const View& v) {
+                                 if (out.size() == limit) return;  // no "limit": see Client::find
                                  TransferDoc d;
                                  if (Status e = read_transfer(display_name(), v, d); !e) bad = e;
                                  out.push_back(std::move(d));
@@ -590,10 +590,10 @@ Status MongoStore::postings_for_account(std::string_view account_id, std::size_t
   filter.sub("kind", [](Builder& c) { c.array("$in", posting_kinds); });
   Doc opts;
   opts.sub("sort", [](Builder& s) { s.i64("a", 1).i64("seq", -1); });  // newest first
-  opts.i64("limit", static_cast<std::int64_t>(limit));
   return client_->find(
       kJournal, filter.bson(), opts.bson(),
       [&](const View& v) {
+        if (out.size() == limit) return;  // no "limit": see Client::find
         Posting p;
         if (read_posting(v, p)) out.push_back(std::move(p));
       },

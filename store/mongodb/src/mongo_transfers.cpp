@@ -118,11 +118,11 @@ Status MongoStore::settle_transfer(std::string_view id, std::int64_t v) {
   filter.str("t", id).sub("v", [&](Builder& c) { c.i64("$gt", v); });
   Doc opts;
   opts.sub("sort", [](Builder& s) { s.i64("t", 1).i64("v", -1); });
-  opts.i64("limit", 1);
   Doc last;
   bool found = false;
   if (Status s = client_->find(kTransferLog, filter.bson(), opts.bson(),
                                [&](const View& c) {
+                                 if (found) return;  // the newest only; no "limit": see Client::find
                                  bson_concat(last.bson(), c.get());
                                  found = true;
                                },
@@ -273,10 +273,10 @@ Status MongoStore::claim_expired(std::string_view owner, std::int64_t lease_ms, 
     filter.sub("due", [&](Builder& c) { c.i64("$lt", now); });
     Doc opts;
     opts.sub("sort", [](Builder& s) { s.i64("due", 1).i64("_id", 1); });
-    opts.i64("limit", static_cast<std::int64_t>(limit));
     Status bad;
     if (Status s = client_->find(kTransfers, filter.bson(), opts.bson(),
                                  [&](const View& v) {
+                                   if (due.size() == limit) return;  // no "limit": see Client::find
                                    Versioned t;
                                    if (Status e = read_transfer(display_name(), v, t.doc); !e) bad = e;
                                    t.v = v.i64("v") + 1;
