@@ -16,9 +16,6 @@ struct CursorFree {
 struct BulkFree {
   void operator()(mongoc_bulk_operation_t* b) const noexcept { mongoc_bulk_operation_destroy(b); }
 };
-struct FamOptsFree {
-  void operator()(mongoc_find_and_modify_opts_t* o) const noexcept { mongoc_find_and_modify_opts_destroy(o); }
-};
 
 // Documents a find asks for in its first reply (the server still caps the
 // reply at 16 MB).
@@ -323,32 +320,6 @@ Status Client::bulk(const char* name, bool ordered, const std::function<void(Bul
     }
     if (ordered && out.errors.size() > errors_before) break;
     from = end;
-  }
-  return Status::ok();
-}
-
-Status Client::find_and_modify(const char* name, const bson_t* query, const bson_t* update, bool& found,
-                               const std::function<void(const View&)>& fn, std::string_view what) {
-  found = false;
-  std::unique_ptr<mongoc_find_and_modify_opts_t, FamOptsFree> opts(mongoc_find_and_modify_opts_new());
-  mongoc_find_and_modify_opts_set_update(opts.get(), update);
-  mongoc_find_and_modify_opts_set_flags(opts.get(), MONGOC_FIND_AND_MODIFY_RETURN_NEW);
-  Doc reply;
-  bson_destroy(reply.bson());
-  bson_error_t err;
-  if (!mongoc_collection_find_and_modify_with_opts(collection(name), query, opts.get(), reply.bson(), &err)) {
-    return map_error(err, what);
-  }
-  bson_iter_t it;
-  if (bson_iter_init_find(&it, reply.bson(), "value") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-    std::uint32_t len = 0;
-    const std::uint8_t* data = nullptr;
-    bson_iter_document(&it, &len, &data);
-    bson_t doc;
-    if (data != nullptr && bson_init_static(&doc, data, len)) {
-      found = true;
-      fn(View(&doc));
-    }
   }
   return Status::ok();
 }

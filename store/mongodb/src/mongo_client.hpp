@@ -110,10 +110,6 @@ class Client {
   class Bulk;
   Status bulk(const char* collection, bool ordered, const std::function<void(Bulk&)>& ops,
               BulkResult& out, std::string_view what);
-  // findAndModify returning the new document (or none).
-  Status find_and_modify(const char* collection, const bson_t* query, const bson_t* update,
-                         bool& found, const std::function<void(const View&)>& fn,
-                         std::string_view what);
   Status update_many(const char* collection, const bson_t* filter, const bson_t* update,
                      std::int64_t* matched, std::string_view what);
   Status delete_many(const char* collection, const bson_t* filter, std::string_view what);
@@ -147,7 +143,6 @@ class Client::Bulk {
   void insert(const bson_t* doc);
   void update_one(const bson_t* filter, const bson_t* update, bool upsert = false);
   void delete_one(const bson_t* filter);
-  std::size_t size() const { return ops_.size(); }
 
  private:
   friend class Client;

@@ -1,9 +1,7 @@
 #pragma once
-// The MongoDB store (docs/mongodb.md). No multi-document transactions: every
-// write is one conditional single-document write, as in MongoDB's
-// two-phase-commit recipe, and batches are bulk writes.
+// The MongoDB store (docs/mongodb.md). No multi-document transactions, and
+// batches are bulk writes.
 //
-// Collections:
 // Every decision is an insert under a unique key, never a conditional
 // update: FerretDB, the server this store is tested on, evaluates an
 // update's filter on an earlier read and writes the whole document back, so
@@ -20,18 +18,19 @@
 //   version read: (state, owner, epoch) fence them as on the SQL stores.
 //   `due` (the lease) is set only while the transfer is open (unfinished,
 //   or finished and not yet published), so recovery scans open work alone.
-// - accounts: balance, reserved, the pending entries (transfer -> what it
-//   reserves) and `seq`, the number of changes applied to the account.
+// - accounts: balance, reserved, locked, the pending entries (transfer ->
+//   what it reserves) and `seq`, the number of the change it shows.
 // - journal: every change to an account and every leg's decision. A change
 //   is inserted before it is applied: it carries the account's values after
 //   it and the unique key k = (account, seq), so two writers can never both
 //   produce change n of an account; a posting's _id is its leg, (transfer,
 //   account, kind), shared with the void that fences that leg, so a leg is
 //   either posted or voided, never both (whichever insert comes second fails
-//   on the key). The account document is then moved to the change's values
-//   with a write conditional on its seq; anyone who finds a change not yet
-//   applied (a crashed writer's) applies it first. The journal is the
+//   on the key). The account document is then set, by _id, to the state
+//   its last change determines; anyone who finds it behind its journal (a
+//   crashed or stale writer's doing) settles it first. The journal is the
 //   posting journal the audit reads.
+//   (Locks are journal changes too.)
 // - meta: the schema version and the topology; workers: the registry.
 #include <cstdint>
 #include <map>
