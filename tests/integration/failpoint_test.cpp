@@ -107,10 +107,13 @@ class FailpointTest : public ::testing::Test {
   // the same as the ledger's.
   void expect_exactly_once() {
     std::map<std::string, std::vector<json>> by_id;
-    for (const Record& r : consume(broker_->bootstrap(), "transfers.results", ids_.size(), 60s)) {
+    std::size_t messages = 0;
+    for (const Record& r : consume_keys(broker_->bootstrap(), "transfers.results", ids_, 60s)) {
       json j = json::parse(r.value);
       by_id[j.at("id").get<std::string>()].push_back(std::move(j));
+      ++messages;
     }
+    std::cout << "outcomes: " << messages << " for " << by_id.size() << " ids\n";
     EXPECT_EQ(by_id.size(), ids_.size());
     for (const std::string& id : ids_) {
       std::optional<TransferDoc> d;

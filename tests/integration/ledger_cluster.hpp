@@ -281,9 +281,10 @@ class LedgerCluster {
   void expect_outcomes(const std::vector<PlannedTransfer>& transfers) {
     std::map<std::string, std::set<std::string>> seen;
     std::size_t messages = 0;
-    for (const Record& r : consume(bootstrap_, "transfers.results", transfers.size(),
-                                   std::chrono::seconds(60), std::chrono::milliseconds(500),
-                                   client_config_)) {
+    std::set<std::string> ids;
+    for (const auto& t : transfers) ids.insert(t.id);
+    for (const Record& r :
+         consume_keys(bootstrap_, "transfers.results", ids, std::chrono::seconds(60), client_config_)) {
       const auto j = nlohmann::json::parse(r.value);
       const std::string id = j.at("id").get<std::string>();
       EXPECT_EQ(r.key, id);
