@@ -70,7 +70,7 @@ TEST(MongoE2E, ThreeWorkersOneFrozenOneKilledEveryIdOneOutcome) {
   }
   // A member that stops heartbeating leaves the group after 8 s: the
   // SIGKILLed one soon, the frozen one only if its take-over is slow.
-  const std::vector<std::string> flags = {"--batch-size", "20", "--kafka-opt", "session.timeout.ms=8000",
+  const std::vector<std::string> flags = {"--batch-size", "10", "--kafka-opt", "session.timeout.ms=8000",
                                           "--kafka-opt", "heartbeat.interval.ms=300"};
   std::map<std::string, Process> workers;
   for (const std::string name : {"w0", "w1", "w2"}) workers[name] = cluster.start_worker(name, "", flags);
