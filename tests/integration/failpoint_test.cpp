@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "ferret_server.hpp"
 #include "kafka_client.hpp"
@@ -107,6 +108,21 @@ class FailpointTest : public ::testing::Test {
     return !open && finished == ids_.size();
   }
 
+  // On FerretDB every stage takes far longer, and under load a batch can
+  // outlast its lease and be taken over again: more time there.
+  std::chrono::seconds patience() const { return kind_ == StoreKind::mongodb ? 180s : 60s; }
+
+  // Polled every 50 ms, on FerretDB every 500 ms: it reads the whole
+  // collection for this, and would slow the workers down.
+  bool wait_all_finished_and_published() {
+    const auto deadline = std::chrono::steady_clock::now() + patience();
+    while (!all_finished_and_published()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(kind_ == StoreKind::mongodb ? 500ms : 50ms);
+    }
+    return true;
+  }
+
   // Every request: one transfer, terminal, and every outcome message for it
   // the same as the ledger's.
   void expect_exactly_once() {
@@ -144,9 +160,10 @@ class FailpointTest : public ::testing::Test {
     Process zombie = start_worker("zombie", {"SAGA_FAILPOINTS=after_debit=1*pause:5s"});
     Process other = start_worker("other");
     produce_requests();
-    ASSERT_TRUE(eventually([&] { return read_file(dir_ / "zombie.log").find("resuming") != std::string::npos; }, 60s))
+    ASSERT_TRUE(eventually([&] { return read_file(dir_ / "zombie.log").find("resuming") != std::string::npos; },
+                           patience()))
         << read_file(dir_ / "zombie.log");
-    EXPECT_TRUE(eventually([&] { return all_finished_and_published(); }, 60s));
+    EXPECT_TRUE(wait_all_finished_and_published());
     EXPECT_NE(read_file(dir_ / "other.log").find("recovered: its lease had expired transfer_id="), std::string::npos)
         << "the other worker should have taken over the paused one's transfers\n"
         << read_file(dir_ / "other.log");
@@ -159,8 +176,9 @@ class FailpointTest : public ::testing::Test {
   void injected_store_errors_are_recovered(StoreKind kind) {
     open_ledger(1, kind);
     produce_requests();
-    Process w = start_worker("flaky", {"SAGA_FAILPOINTS=after_credit=2*error,before_finish=1*error,after_insert=1*error"});
-    EXPECT_TRUE(eventually([&] { return all_finished_and_published(); }, 60s)) << read_file(dir_ / "flaky.log");
+    Process w =
+        start_worker("flaky", {"SAGA_FAILPOINTS=after_credit=2*error,before_finish=1*error,after_insert=1*error"});
+    EXPECT_TRUE(wait_all_finished_and_published()) << read_file(dir_ / "flaky.log");
     EXPECT_NE(read_file(dir_ / "flaky.log").find("fail point after_credit: injected store error"), std::string::npos);
     EXPECT_EQ(w.stop(20s), 0) << read_file(dir_ / "flaky.log");
     expect_exactly_once();
@@ -197,14 +215,14 @@ TEST_P(FailpointCrash, CrashThereThenARestartFinishesEverythingExactlyOnce) {
   open_ledger(c.stores, c.kind);
   produce_requests();
   Process doomed = start_worker("doomed", {"SAGA_FAILPOINTS=" + c.point + "=crash"});
-  const std::optional<int> code = doomed.wait(60s);
+  const std::optional<int> code = doomed.wait(patience());
   ASSERT_TRUE(code.has_value()) << "the worker never reached " << c.point << ":\n" << read_file(dir_ / "doomed.log");
   EXPECT_EQ(*code, 128 + 9) << read_file(dir_ / "doomed.log");
   EXPECT_NE(read_file(dir_ / "doomed.log").find("fail point " + c.point + ": crash"), std::string::npos)
       << read_file(dir_ / "doomed.log");
 
   Process rescuer = start_worker("rescuer");
-  EXPECT_TRUE(eventually([&] { return all_finished_and_published(); }, 60s)) << read_file(dir_ / "rescuer.log");
+  EXPECT_TRUE(wait_all_finished_and_published()) << read_file(dir_ / "rescuer.log");
   EXPECT_EQ(rescuer.stop(20s), 0) << read_file(dir_ / "rescuer.log");
   expect_exactly_once();
 }
