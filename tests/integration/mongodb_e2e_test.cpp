@@ -69,7 +69,7 @@ TEST(MongoE2E, ThreeWorkersOneFrozenOneKilledEveryIdOneOutcome) {
     if (i % 10 == 0) sent.push_back(transfers[i]);
   }
   // A member that stops heartbeating leaves the group after 8 s: the
-  // SIGKILLed one soon, the frozen one only if its take-over is slow.
+  // SIGKILLed one then, the frozen one (5 s) only if its take-over is slow.
   const std::vector<std::string> flags = {"--batch-size", "10", "--kafka-opt", "session.timeout.ms=8000",
                                           "--kafka-opt", "heartbeat.interval.ms=300"};
   std::map<std::string, Process> workers;
