@@ -1,6 +1,7 @@
 #pragma once
 // What the end-to-end and fault tests share: a ledger of N shards, each on
-// its own throwaway PostgreSQL server (or one SQLite file), a saga-broker,
+// its own throwaway PostgreSQL server (or one SQLite file, or one database
+// of a throwaway FerretDB that all shards share), a saga-broker,
 // saga-worker processes on every shard, a workload whose outcome is known
 // in advance, and the checks run at the end (every id one outcome, exact
 // balances, the audit).
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "ferret_server.hpp"
 #include "kafka_client.hpp"
 #include "kafka_cluster.hpp"
 #include "pg_server.hpp"
@@ -48,7 +50,7 @@ class LedgerCluster {
  public:
   static constexpr std::int64_t kOpening = 10'000'000;
 
-  enum class Backend { postgresql, sqlite };
+  enum class Backend { postgresql, sqlite, mongodb };
   struct Options {
     int partitions = 6;
     int brokers = 1;  // real Kafka nodes (1 or 3), or saga-broker's mock brokers
@@ -87,6 +89,12 @@ class LedgerCluster {
     for (int i = 0; i < shards; ++i) {
       if (options.backend == Backend::sqlite) {
         urls_.push_back("sqlite:" + (dir_ / ("ledger-" + std::to_string(i) + ".db")).string());
+        own_urls.push_back(urls_.back());
+        continue;
+      }
+      if (options.backend == Backend::mongodb) {
+        if (!ferret_) ferret_ = std::make_unique<FerretServer>();
+        urls_.push_back(ferret_->url("ledger" + std::to_string(i)));
         own_urls.push_back(urls_.back());
         continue;
       }
@@ -273,9 +281,10 @@ class LedgerCluster {
   void expect_outcomes(const std::vector<PlannedTransfer>& transfers) {
     std::map<std::string, std::set<std::string>> seen;
     std::size_t messages = 0;
-    for (const Record& r : consume(bootstrap_, "transfers.results", transfers.size(),
-                                   std::chrono::seconds(60), std::chrono::milliseconds(500),
-                                   client_config_)) {
+    std::set<std::string> ids;
+    for (const auto& t : transfers) ids.insert(t.id);
+    for (const Record& r :
+         consume_keys(bootstrap_, "transfers.results", ids, std::chrono::seconds(60), client_config_)) {
       const auto j = nlohmann::json::parse(r.value);
       const std::string id = j.at("id").get<std::string>();
       EXPECT_EQ(r.key, id);
@@ -340,6 +349,7 @@ class LedgerCluster {
   std::string bootstrap_;
   KafkaConfig client_config_;
   std::vector<std::unique_ptr<PgServer>> servers_;
+  std::unique_ptr<FerretServer> ferret_;  // Backend::mongodb: every shard's database
   std::vector<std::string> urls_;
   std::unique_ptr<Ledger> ledger_;
   std::map<std::string, std::int64_t> opening_;

@@ -4,8 +4,10 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -188,6 +190,29 @@ std::vector<Record> consume(const std::string& brokers, const std::string& topic
   }
   rd_kafka_consumer_close(rk.get());
   return out;
+}
+
+std::vector<Record> consume_keys(const std::string& brokers, const std::string& topic,
+                                 const std::set<std::string>& keys, std::chrono::milliseconds timeout,
+                                 const std::vector<std::pair<std::string, std::string>>& config) {
+  using namespace std::chrono;
+  const auto deadline = steady_clock::now() + timeout;
+  std::size_t at_least = keys.size();
+  auto settle = milliseconds(500);
+  for (;;) {
+    const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+    std::vector<Record> out = consume(brokers, topic, at_least, std::max(left, milliseconds(0)), settle, config);
+    std::set<std::string> seen;
+    for (const Record& r : out) {
+      if (keys.contains(r.key)) seen.insert(r.key);
+    }
+    // Fewer records than asked for: the timeout passed, nothing more to wait for.
+    if (seen.size() == keys.size() || out.size() < at_least || steady_clock::now() >= deadline) return out;
+    // A key missing among more records than keys: read again, for longer
+    // once the count is reached, and past what this read saw.
+    at_least = out.size() + 1;
+    settle = std::min(settle * 2, milliseconds(4000));
+  }
 }
 
 }  // namespace sagapool::test

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,5 +66,13 @@ std::vector<Record> consume(const std::string& brokers, const std::string& topic
                             std::size_t at_least, std::chrono::milliseconds timeout,
                             std::chrono::milliseconds settle = std::chrono::milliseconds(500),
                             const std::vector<std::pair<std::string, std::string>>& config = {});
+
+// Reads `topic` from the beginning until every one of `keys` has a record or
+// `timeout` passed: for topics where a key may have several records (outcomes
+// published again after a take-over), which can fill consume()'s `at_least`
+// from one partition before another's first records arrive.
+std::vector<Record> consume_keys(const std::string& brokers, const std::string& topic,
+                                 const std::set<std::string>& keys, std::chrono::milliseconds timeout,
+                                 const std::vector<std::pair<std::string, std::string>>& config = {});
 
 }  // namespace sagapool::test
