@@ -15,7 +15,6 @@ namespace sagapool::mongo {
 
 namespace {
 
-constexpr std::size_t kChunk = 1000;
 // Re-plans before a batch gives up for now (retry_call): only reached when
 // other writers keep taking the same accounts' next changes.
 constexpr int kMaxPlans = 200;
@@ -44,11 +43,7 @@ Status MongoStore::read_accounts(std::span<const std::string> ids,
                                  std::map<std::string, AccountState, std::less<>>& out) {
   for (std::size_t from = 0; from < ids.size(); from += kChunk) {
     Doc filter;
-    filter.sub("_id", [&](Builder& c) {
-      c.array("$in", [&](Builder& a) {
-        for (std::size_t i = from; i < std::min(ids.size(), from + kChunk); ++i) a.push_str(ids[i]);
-      });
-    });
+    id_in(filter, chunk(ids, from));
     if (Status s = client_->find(kAccounts, filter.bson(), nullptr,
                                  [&](const View& v) {
                                    AccountState st;
@@ -190,11 +185,7 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
     std::unordered_map<std::string, Decision> decisions;
     for (std::size_t f = 0; f < decision_ids.size(); f += kChunk) {
       Doc filter;
-      filter.sub("_id", [&](Builder& c) {
-        c.array("$in", [&](Builder& a) {
-          for (std::size_t i = f; i < std::min(decision_ids.size(), f + kChunk); ++i) a.push_str(decision_ids[i]);
-        });
-      });
+      id_in(filter, chunk(std::span<const std::string>(decision_ids), f));
       if (Status s = client_->find(kJournal, filter.bson(), nullptr,
                                    [&](const View& v) {
                                      decisions[std::string(v.str("_id"))] =

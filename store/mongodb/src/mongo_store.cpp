@@ -14,9 +14,6 @@ namespace mongo {
 
 namespace {
 
-// Bulk writes and $in lists are cut into pieces of this many records, well
-// under the server's 100,000 writes and 16 MB per message.
-constexpr std::size_t kChunk = 1000;
 
 constexpr TransferState kTerminal[] = {TransferState::done, TransferState::canceled};
 
@@ -61,14 +58,6 @@ Status read_transfer(const std::string& store, const View& v, TransferDoc& d) {
 
 namespace {
 
-// {_id: {$in: ids[begin, end)}}
-void id_in(Builder& filter, std::span<const std::string_view> ids) {
-  filter.sub("_id", [&](Builder& c) {
-    c.array("$in", [&](Builder& a) {
-      for (std::string_view id : ids) a.push_str(id);
-    });
-  });
-}
 
 }  // namespace
 
@@ -323,7 +312,7 @@ Status MongoStore::insert_transfers(std::span<const NewTransfer> batch, std::str
   std::unordered_map<std::string, TransferDoc> stored;
   for (std::size_t from = 0; from < existing.size(); from += kChunk) {
     Doc filter;
-    id_in(filter, std::span(existing).subspan(from, std::min(kChunk, existing.size() - from)));
+    id_in(filter, chunk(std::span<const std::string_view>(existing), from));
     Status bad;
     if (Status s = client_->find(kTransfers, filter.bson(), nullptr,
                                  [&](const View& v) {
@@ -366,7 +355,7 @@ Status MongoStore::insert_transfers(std::span<const NewTransfer> batch, std::str
 Status MongoStore::mark_notified(std::span<const std::string_view> ids) {
   for (std::size_t from = 0; from < ids.size(); from += kChunk) {
     Doc filter;
-    id_in(filter, ids.subspan(from, std::min(kChunk, ids.size() - from)));
+    id_in(filter, chunk(ids, from));
     filter.sub("state", [](Builder& c) { c.array("$in", terminal_states); });
     filter.boolean("notified", false);
     Doc update;
@@ -502,7 +491,7 @@ Status MongoStore::create_accounts(std::span<const Account> accounts) {
                               : display_name() + ": creating accounts: " + r.errors.front().message;
     for (std::size_t k = 0; k < inserted.size(); k += kChunk) {
       Doc filter;
-      id_in(filter, std::span(inserted).subspan(k, std::min(kChunk, inserted.size() - k)));
+      id_in(filter, chunk(std::span<const std::string_view>(inserted), k));
       if (Status undo = client_->delete_many(kAccounts, filter.bson(), "removing the accounts of a failed call"); !undo) {
         return Status::fatal(message + "; removing the " + std::to_string(inserted.size()) +
                              " accounts this call created failed too: " + undo.message());
@@ -521,7 +510,7 @@ Status MongoStore::load_accounts(std::span<const std::string_view> ids, std::spa
   std::unordered_map<std::string, Account> found;
   for (std::size_t from = 0; from < ids.size(); from += kChunk) {
     Doc filter;
-    id_in(filter, ids.subspan(from, std::min(kChunk, ids.size() - from)));
+    id_in(filter, chunk(ids, from));
     if (Status s = client_->find(kAccounts, filter.bson(), nullptr,
                                  [&](const View& v) {
                                    Account a;

@@ -33,8 +33,10 @@
 //   (Locks are journal changes too.)
 // - meta: the schema version and the topology; workers: the registry.
 #include <cstdint>
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -134,7 +136,26 @@ class MongoStore final : public Store {
   std::unique_ptr<Client> client_;
 };
 
-// ---- encodings shared by the two files ------------------------------------
+// ---- shared by the store's files ------------------------------------------
+
+// Ids per $in query (FerretDB tests every document against every id).
+inline constexpr std::size_t kChunk = 1000;
+
+// {_id: {$in: ids}}
+template <class Ids>
+void id_in(Builder& filter, const Ids& ids) {
+  filter.sub("_id", [&](Builder& c) {
+    c.array("$in", [&](Builder& a) {
+      for (const auto& id : ids) a.push_str(id);
+    });
+  });
+}
+
+// ids[from, from + kChunk)
+template <class T>
+std::span<const T> chunk(std::span<const T> ids, std::size_t from) {
+  return ids.subspan(from, std::min(kChunk, ids.size() - from));
+}
 
 // A pending entry's field name under `pending`: the transfer id with '%',
 // '.', '$' and NUL escaped (field names may hold none of the last three).

@@ -13,7 +13,6 @@ namespace sagapool::mongo {
 
 namespace {
 
-constexpr std::size_t kChunk = 1000;
 // Reads and writes again before a call gives up for now (retry_call): only
 // reached when other writers keep changing the same transfers.
 constexpr int kMaxRounds = 100;
@@ -46,11 +45,7 @@ Status MongoStore::read_versioned(std::span<const std::string> ids, std::map<std
   Status bad;
   for (std::size_t from = 0; from < ids.size(); from += kChunk) {
     Doc filter;
-    filter.sub("_id", [&](Builder& c) {
-      c.array("$in", [&](Builder& a) {
-        for (std::size_t i = from; i < std::min(ids.size(), from + kChunk); ++i) a.push_str(ids[i]);
-      });
-    });
+    id_in(filter, chunk(ids, from));
     if (Status s = client_->find(kTransfers, filter.bson(), nullptr,
                                  [&](const View& v) {
                                    Versioned t;
@@ -223,12 +218,10 @@ Status MongoStore::transition(std::span<const Transition> batch, std::int64_t le
       if (!refused.empty()) {
         std::unordered_map<std::string, std::size_t> by_key;
         for (std::size_t i : refused) by_key.emplace(log_key(batch[i].id, docs.find(batch[i].id)->second.v + 1), i);
+        std::vector<std::string_view> keys;
+        for (const auto& entry : by_key) keys.push_back(entry.first);
         Doc filter;
-        filter.sub("_id", [&](Builder& c) {
-          c.array("$in", [&](Builder& a) {
-            for (const auto& [key, i] : by_key) a.push_str(key);
-          });
-        });
+        id_in(filter, keys);
         Doc opts;
         opts.sub("projection", [](Builder& p) { p.i64("_id", 1); });
         std::vector<std::size_t> behind;
