@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The version tools/mongodb/ferretdb.sh builds (its cache folder's name).
-constexpr const char* kFerretVersion = "v1.24.2";
+// The build tools/mongodb/ferretdb.sh makes (its cache folder's name).
+constexpr const char* kFerretVersion = "v1.24.2-idx";
 
 std::string tail(const std::string& s, std::size_t n = 4000) {
   return s.size() <= n ? s : s.substr(s.size() - n);

@@ -22,7 +22,7 @@
 namespace sagapool::test {
 
 // The FerretDB binary: SAGA_FERRETDB when set, else ferretdb.sh's cache
-// (SAGA_FERRETDB_HOME, default ~/.cache/sagapool/ferretdb-v1.24.2); nullopt
+// (SAGA_FERRETDB_HOME, default ~/.cache/sagapool/ferretdb-v1.24.2-idx); nullopt
 // when it is not there.
 std::optional<std::filesystem::path> find_ferretdb();
 

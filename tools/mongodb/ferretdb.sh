@@ -6,14 +6,22 @@
 #   ferretdb.sh run [--dir D] [--port P]     start, wait until it answers, print
 #                                            the URL, stop it on exit or Ctrl-C
 # The binary lives in $SAGA_FERRETDB_HOME (default
-# ~/.cache/sagapool/ferretdb-v1.24.2)/ferretdb; the tests find it there too
-# (or where SAGA_FERRETDB names it).
+# ~/.cache/sagapool/ferretdb-v1.24.2-idx)/ferretdb; the tests find it there
+# too (or where SAGA_FERRETDB names it).
+#
+# One patch (the "-idx" in the folder's name): FerretDB 1.24's SQLite
+# handler looks documents up by _id with the expression ->'$._id', while
+# its unique _id index is on ->"_id"; SQLite matches index expressions by
+# their text, so every lookup, update and delete by _id scanned the whole
+# table (EXPLAIN QUERY PLAN: SCAN). The patch makes the lookup's expression
+# the index's, as MongoDB's _id lookups are indexed (docs/mongodb.md).
 set -euo pipefail
 FERRETDB_VERSION=v1.24.2
+FERRETDB_BUILD=$FERRETDB_VERSION-idx
 FERRETDB_MODULE=github.com/FerretDB/FerretDB
 
 die() { echo "ferretdb.sh: $*" >&2; exit 1; }
-home_dir() { echo "${SAGA_FERRETDB_HOME:-$HOME/.cache/sagapool/ferretdb-$FERRETDB_VERSION}"; }
+home_dir() { echo "${SAGA_FERRETDB_HOME:-$HOME/.cache/sagapool/ferretdb-$FERRETDB_BUILD}"; }
 
 # Go is not on every shell's PATH where it is installed from go.dev's tarball.
 find_go() {
@@ -45,6 +53,9 @@ cmd_fetch() {
   # FerretDB's build embeds its version from this file, and panics without it.
   mkdir -p "$work/src/build/version"
   echo "$FERRETDB_VERSION" >"$work/src/build/version/version.txt"
+  local meta="$work/src/internal/backends/sqlite/metadata/metadata.go"
+  grep -q "IDColumn = DefaultColumn + \"->'\\$._id'\"" "$meta" || die "the _id index patch no longer applies to $meta"
+  sed -i "s/IDColumn = DefaultColumn + \"->'\\$._id'\"/IDColumn = DefaultColumn + \`->\"_id\"\`/" "$meta"
   (cd "$work/src" && "$go" build -o "$work/ferretdb" ./cmd/ferretdb) >"$work/build.log" 2>&1 \
     || die "go build failed: $(tail -10 "$work/build.log")"
   "$work/ferretdb" --version >/dev/null 2>&1 || die "the built ferretdb does not run: $("$work/ferretdb" --version 2>&1 | tail -3)"

@@ -218,6 +218,18 @@ Status Client::server_now(std::int64_t& out) {
   return Status::ok();
 }
 
+Status Client::lookups_one_by_one(bool& out) {
+  if (!one_by_one_) {
+    Doc cmd;
+    cmd.i64("buildInfo", 1);
+    Doc reply;
+    if (Status s = command(cmd.bson(), reply, "asking which server this is"); !s) return s;
+    one_by_one_ = View(reply.bson()).has("ferretdbVersion");
+  }
+  out = *one_by_one_;
+  return Status::ok();
+}
+
 Status Client::find(const char* name, const bson_t* filter, const bson_t* opts,
                     const std::function<void(const View&)>& fn, std::string_view what) {
   // Everything in the first reply, and no "limit" (callers stop taking

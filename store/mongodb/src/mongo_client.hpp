@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -122,6 +123,12 @@ class Client {
   // Driver or server error -> Status (network and step-downs: retry_call).
   Status map_error(const bson_error_t& e, std::string_view what) const;
 
+  // Whether documents are looked up one `{_id: id}` at a time rather than
+  // by a list: true on FerretDB (its buildInfo says so), where only that
+  // filter is answered from an index and `$in` parses every document of
+  // the collection (docs/mongodb.md). Asked once, on first use.
+  Status lookups_one_by_one(bool& out);
+
  private:
   Client() = default;
   mongoc_collection_t* collection(const char* name);
@@ -131,6 +138,7 @@ class Client {
   std::vector<std::pair<std::string, mongoc_collection_t*>> collections_;
   std::string db_name_;
   std::string display_;
+  std::optional<bool> one_by_one_;
 };
 
 // The operations of one bulk write, kept until Client::bulk sends them in

@@ -41,25 +41,16 @@ std::string_view kind_name(PostingKind k) { return to_string(k); }
 
 Status MongoStore::read_accounts(std::span<const std::string> ids,
                                  std::map<std::string, AccountState, std::less<>>& out) {
-  for (std::size_t from = 0; from < ids.size(); from += kChunk) {
-    Doc filter;
-    id_in(filter, chunk(ids, from));
-    if (Status s = client_->find(kAccounts, filter.bson(), nullptr,
-                                 [&](const View& v) {
-                                   AccountState st;
-                                   read_account(v, st.account);
-                                   st.seq = v.i64("seq");
-                                   v.each_i64("pending", [&](std::string_view key, std::int64_t r) {
-                                     st.pending.emplace(std::string(key), r);
-                                   });
-                                   out[st.account.id] = std::move(st);
-                                 },
-                                 "reading accounts");
-        !s) {
-      return s;
-    }
-  }
-  return Status::ok();
+  return find_ids(*client_, kAccounts, ids, nullptr,
+                  [&](const View& v) {
+                    AccountState st;
+                    read_account(v, st.account);
+                    st.seq = v.i64("seq");
+                    v.each_i64("pending",
+                               [&](std::string_view key, std::int64_t r) { st.pending.emplace(std::string(key), r); });
+                    out[st.account.id] = std::move(st);
+                  },
+                  "reading accounts");
 }
 
 void apply_change(AccountState& a, const View& change) {
@@ -174,7 +165,11 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
         case LegOp::cancel_credit:
           decision_ids.push_back(leg_id(r.transfer_id, r.account_id, kind_name(PostingKind::credit)));
           break;
-        case LegOp::release: break;
+        case LegOp::release:
+          // The debit that reserved what is released: an account behind it
+          // (below) would show nothing to release.
+          decision_ids.push_back(leg_id(r.transfer_id, r.account_id, kind_name(PostingKind::debit)));
+          break;
       }
     }
     std::sort(account_ids.begin(), account_ids.end());
@@ -183,18 +178,14 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
     decision_ids.erase(std::unique(decision_ids.begin(), decision_ids.end()), decision_ids.end());
 
     std::unordered_map<std::string, Decision> decisions;
-    for (std::size_t f = 0; f < decision_ids.size(); f += kChunk) {
-      Doc filter;
-      id_in(filter, chunk(std::span<const std::string>(decision_ids), f));
-      if (Status s = client_->find(kJournal, filter.bson(), nullptr,
-                                   [&](const View& v) {
-                                     decisions[std::string(v.str("_id"))] =
-                                         Decision{v.str("kind") != kVoid, std::string(v.str("a")), v.i64("seq")};
-                                   },
-                                   "reading leg decisions");
-          !s) {
-        return s;
-      }
+    if (Status s = find_ids(*client_, kJournal, std::span<const std::string>(decision_ids), nullptr,
+                            [&](const View& v) {
+                              decisions[std::string(v.str("_id"))] =
+                                  Decision{v.str("kind") != kVoid, std::string(v.str("a")), v.i64("seq")};
+                            },
+                            "reading leg decisions");
+        !s) {
+      return s;
     }
     std::map<std::string, AccountState, std::less<>> accounts;
     if (Status s = read_accounts(account_ids, accounts); !s) return s;
@@ -362,6 +353,33 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
     }
     if (!failed) return failed;
 
+    // ---- a refusal writes nothing, so no key tells whether it was planned
+    // on an account document behind its journal (a slower writer's update
+    // can land after a later one's): it stands only if the account had no
+    // change after the one read.
+    std::set<std::string> next_keys;
+    for (std::size_t i = from; i < batch.size(); ++i) {
+      if (results[i].status != LegStatus::refused || results[i].reason == Reason::unknown_account) continue;
+      next_keys.insert(change_key(batch[i].account_id, base.at(std::string(batch[i].account_id)).seq + 1));
+    }
+    if (!next_keys.empty()) {
+      Doc filter;
+      filter.sub("k", [&](Builder& c) {
+        c.array("$in", [&](Builder& a) {
+          for (const std::string& k : next_keys) a.push_str(k);
+        });
+      });
+      Doc opts;
+      opts.sub("projection", [](Builder& p) { p.i64("a", 1); });
+      if (Status s = client_->find(kJournal, filter.bson(), opts.bson(),
+                                   [&](const View& v) { contended.emplace(v.str("a")); },
+                                   "checking refused legs' accounts for newer changes");
+          !s) {
+        return s;
+      }
+      if (!contended.empty()) continue;  // settled and planned again
+    }
+
     // ---- the journal, in order: stops at the first record another writer beat
     BulkResult inserted;
     if (Status s = client_->bulk(
@@ -418,6 +436,9 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
 Status MongoStore::set_locked(std::string_view id, bool locked, bool& found) {
   const std::string key(id);
   for (int plan = 0; plan < kMaxPlans; ++plan) {
+    // Settled first: a document behind its journal could show the lock
+    // already as asked, and nothing written would tell.
+    if (Status s = settle(key); !s) return s;
     std::map<std::string, AccountState, std::less<>> read;
     if (Status s = read_accounts(std::span(&key, 1), read); !s) return s;
     found = read.count(key) != 0;
@@ -439,7 +460,6 @@ Status MongoStore::set_locked(std::string_view id, bool locked, bool& found) {
     }
     if (!r.errors.empty()) {
       if (r.errors[0].code != kDuplicateKey) return Status::fatal(display_name() + ": locking an account: " + r.errors[0].message);
-      if (Status s = settle(key); !s) return s;
       continue;
     }
     Doc filter;

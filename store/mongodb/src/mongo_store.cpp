@@ -310,22 +310,18 @@ Status MongoStore::insert_transfers(std::span<const NewTransfer> batch, std::str
     }
   }
   std::unordered_map<std::string, TransferDoc> stored;
-  for (std::size_t from = 0; from < existing.size(); from += kChunk) {
-    Doc filter;
-    id_in(filter, chunk(std::span<const std::string_view>(existing), from));
-    Status bad;
-    if (Status s = client_->find(kTransfers, filter.bson(), nullptr,
-                                 [&](const View& v) {
-                                   TransferDoc d;
-                                   if (Status r = read_transfer(display_name(), v, d); !r) bad = r;
-                                   stored.emplace(d.id, std::move(d));
-                                 },
-                                 "reading existing transfers");
-        !s) {
-      return s;
-    }
-    if (!bad) return bad;
+  Status bad;
+  if (Status s = find_ids(*client_, kTransfers, std::span<const std::string_view>(existing), nullptr,
+                          [&](const View& v) {
+                            TransferDoc d;
+                            if (Status r = read_transfer(display_name(), v, d); !r) bad = r;
+                            stored.emplace(d.id, std::move(d));
+                          },
+                          "reading existing transfers");
+      !s) {
+    return s;
   }
+  if (!bad) return bad;
   std::set<std::string_view> held(existing.begin(), existing.end());
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const RequestView& q = batch[i].request;
@@ -353,14 +349,49 @@ Status MongoStore::insert_transfers(std::span<const NewTransfer> batch, std::str
 }
 
 Status MongoStore::mark_notified(std::span<const std::string_view> ids) {
+  Doc update;
+  update.sub("$set", [](Builder& b) { b.boolean("notified", true); });
+  update.sub("$unset", [](Builder& b) { b.str("due", ""); });
+  bool one_by_one = false;
+  if (Status s = client_->lookups_one_by_one(one_by_one); !s) return s;
+  if (one_by_one) {
+    // A conditional update would parse the whole collection there; the
+    // condition is read by _id and the update is by _id, which is how that
+    // server applies a conditional update anyway (docs/mongodb.md).
+    std::vector<std::string> unmarked;
+    if (Status s = find_ids(*client_, kTransfers, ids, nullptr,
+                            [&](const View& v) {
+                              const auto state = parse_transfer_state(v.str("state"));
+                              if (state && is_terminal(*state) && !v.boolean("notified")) {
+                                unmarked.emplace_back(v.str("_id"));
+                              }
+                            },
+                            "reading outcomes to mark published");
+        !s) {
+      return s;
+    }
+    BulkResult r;
+    if (Status s = client_->bulk(
+            kTransfers, false,
+            [&](Client::Bulk& bulk) {
+              for (const std::string& id : unmarked) {
+                Doc filter;
+                filter.str("_id", id);
+                bulk.update_one(filter.bson(), update.bson());
+              }
+            },
+            r, "marking outcomes published");
+        !s) {
+      return s;
+    }
+    if (!r.errors.empty()) return Status::fatal(display_name() + ": marking outcomes published: " + r.errors.front().message);
+    return Status::ok();
+  }
   for (std::size_t from = 0; from < ids.size(); from += kChunk) {
     Doc filter;
     id_in(filter, chunk(ids, from));
     filter.sub("state", [](Builder& c) { c.array("$in", terminal_states); });
     filter.boolean("notified", false);
-    Doc update;
-    update.sub("$set", [](Builder& b) { b.boolean("notified", true); });
-    update.sub("$unset", [](Builder& b) { b.str("due", ""); });
     if (Status s = client_->update_many(kTransfers, filter.bson(), update.bson(), nullptr, "marking outcomes published");
         !s) {
       return s;
@@ -508,19 +539,15 @@ Status MongoStore::load_account(std::string_view id, std::optional<Account>& out
 
 Status MongoStore::load_accounts(std::span<const std::string_view> ids, std::span<std::optional<Account>> out) {
   std::unordered_map<std::string, Account> found;
-  for (std::size_t from = 0; from < ids.size(); from += kChunk) {
-    Doc filter;
-    id_in(filter, chunk(ids, from));
-    if (Status s = client_->find(kAccounts, filter.bson(), nullptr,
-                                 [&](const View& v) {
-                                   Account a;
-                                   read_account(v, a);
-                                   found.emplace(a.id, std::move(a));
-                                 },
-                                 "reading accounts");
-        !s) {
-      return s;
-    }
+  if (Status s = find_ids(*client_, kAccounts, ids, nullptr,
+                          [&](const View& v) {
+                            Account a;
+                            read_account(v, a);
+                            found.emplace(a.id, std::move(a));
+                          },
+                          "reading accounts");
+      !s) {
+    return s;
   }
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const auto it = found.find(std::string(ids[i]));
@@ -553,17 +580,36 @@ bool read_posting(const View& v, Posting& p) {
 
 Status MongoStore::postings_for_transfer(std::string_view transfer_id, std::vector<Posting>& out) {
   out.clear();
-  Doc filter;
-  filter.str("t", transfer_id);
-  filter.sub("kind", [](Builder& c) { c.array("$in", posting_kinds); });
-  if (Status s = client_->find(kJournal, filter.bson(), nullptr,
-                               [&](const View& v) {
-                                 Posting p;
-                                 if (read_posting(v, p)) out.push_back(std::move(p));
-                               },
-                               "reading a transfer's postings");
-      !s) {
-    return s;
+  const auto take = [&](const View& v) {
+    Posting p;
+    if (read_posting(v, p)) out.push_back(std::move(p));
+  };
+  bool one_by_one = false;
+  if (Status s = client_->lookups_one_by_one(one_by_one); !s) return s;
+  std::optional<TransferDoc> t;
+  if (one_by_one) {
+    if (Status s = load_transfer(transfer_id, t); !s) return s;
+  }
+  if (t) {
+    // A transfer's postings are its legs: the debit and its reversal on the
+    // source, the credit on the destination, each under its leg's _id.
+    const std::string legs[] = {
+        leg_id(transfer_id, t->source, to_string(PostingKind::debit)),
+        leg_id(transfer_id, t->source, to_string(PostingKind::reverse_debit)),
+        leg_id(transfer_id, t->destination, to_string(PostingKind::credit)),
+    };
+    if (Status s = find_ids(*client_, kJournal, std::span<const std::string>(legs), nullptr, take,
+                            "reading a transfer's postings");
+        !s) {
+      return s;
+    }
+  } else {  // the transfer is on another store of a sharded ledger
+    Doc filter;
+    filter.str("t", transfer_id);
+    filter.sub("kind", [](Builder& c) { c.array("$in", posting_kinds); });
+    if (Status s = client_->find(kJournal, filter.bson(), nullptr, take, "reading a transfer's postings"); !s) {
+      return s;
+    }
   }
   std::stable_sort(out.begin(), out.end(), [](const Posting& a, const Posting& b) {
     return std::make_tuple(a.at_ms, to_string(a.kind)) < std::make_tuple(b.at_ms, to_string(b.kind));

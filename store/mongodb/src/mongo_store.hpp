@@ -157,6 +157,23 @@ std::span<const T> chunk(std::span<const T> ids, std::size_t from) {
   return ids.subspan(from, std::min(kChunk, ids.size() - from));
 }
 
+// fn(document) for every document of `collection` whose _id is in `ids`:
+// one $in query per kChunk ids, or one {_id: id} query each where the
+// server looks documents up no other way (Client::lookups_one_by_one).
+template <class T>
+Status find_ids(Client& client, const char* collection, std::span<const T> ids, const bson_t* opts,
+                const std::function<void(const View&)>& fn, std::string_view what) {
+  bool one_by_one = false;
+  if (Status s = client.lookups_one_by_one(one_by_one); !s) return s;
+  for (std::size_t from = 0; from < ids.size(); from += one_by_one ? 1 : kChunk) {
+    Doc filter;
+    if (one_by_one) filter.str("_id", ids[from]);
+    else id_in(filter, chunk(ids, from));
+    if (Status s = client.find(collection, filter.bson(), opts, fn, what); !s) return s;
+  }
+  return Status::ok();
+}
+
 // A pending entry's field name under `pending`: the transfer id with '%',
 // '.', '$' and NUL escaped (field names may hold none of the last three).
 std::string pending_key(std::string_view transfer_id);

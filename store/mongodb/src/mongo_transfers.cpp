@@ -43,20 +43,16 @@ void apply_update(Doc& update, const View& change) {
 
 Status MongoStore::read_versioned(std::span<const std::string> ids, std::map<std::string, Versioned, std::less<>>& out) {
   Status bad;
-  for (std::size_t from = 0; from < ids.size(); from += kChunk) {
-    Doc filter;
-    id_in(filter, chunk(ids, from));
-    if (Status s = client_->find(kTransfers, filter.bson(), nullptr,
-                                 [&](const View& v) {
-                                   Versioned t;
-                                   if (Status e = read_transfer(display_name(), v, t.doc); !e) bad = e;
-                                   t.v = v.i64("v");
-                                   out[t.doc.id] = std::move(t);
-                                 },
-                                 "reading transfers");
-        !s) {
-      return s;
-    }
+  if (Status s = find_ids(*client_, kTransfers, ids, nullptr,
+                          [&](const View& v) {
+                            Versioned t;
+                            if (Status e = read_transfer(display_name(), v, t.doc); !e) bad = e;
+                            t.v = v.i64("v");
+                            out[t.doc.id] = std::move(t);
+                          },
+                          "reading transfers");
+      !s) {
+    return s;
   }
   return bad;
 }
@@ -220,14 +216,12 @@ Status MongoStore::transition(std::span<const Transition> batch, std::int64_t le
         for (std::size_t i : refused) by_key.emplace(log_key(batch[i].id, docs.find(batch[i].id)->second.v + 1), i);
         std::vector<std::string_view> keys;
         for (const auto& entry : by_key) keys.push_back(entry.first);
-        Doc filter;
-        id_in(filter, keys);
         Doc opts;
         opts.sub("projection", [](Builder& p) { p.i64("_id", 1); });
         std::vector<std::size_t> behind;
-        if (Status s = client_->find(kTransferLog, filter.bson(), opts.bson(),
-                                     [&](const View& v) { behind.push_back(by_key.at(std::string(v.str("_id")))); },
-                                     "checking transfers for unapplied changes");
+        if (Status s = find_ids(*client_, kTransferLog, std::span<const std::string_view>(keys), opts.bson(),
+                                [&](const View& v) { behind.push_back(by_key.at(std::string(v.str("_id")))); },
+                                "checking transfers for unapplied changes");
             !s) {
           return s;
         }
