@@ -16,15 +16,18 @@
 # With --prometheus a local Prometheus scrapes the workers, with the alert and
 # recording rules of monitoring/ loaded, until the demo ends. The summary
 # plots throughput, latency and lag over time (gnuplot, PNG).
-# Usage: tools/demo.sh BIN_DIR [--broker kafka|mock] [--postgres [--shards N] | --mongodb] [--prometheus] [--transfers N] [--workers N] [--keep]
+# --rate R publishes R requests per second instead of all at once (latency
+# at a given load rather than under a backlog).
+# Usage: tools/demo.sh BIN_DIR [--broker kafka|mock] [--postgres [--shards N] | --mongodb] [--prometheus] [--transfers N] [--rate R] [--workers N] [--keep]
 set -euo pipefail
 BIN=$1; shift
 PROMETHEUS=0 OBS_PIDS=()  # --prometheus; the sampler's and Prometheus' pids
-TRANSFERS="" WORKERS=3 ACCOUNTS=1000 KEEP=0 POSTGRES=0 MONGODB=0 SHARDS=2 BROKER=kafka
+TRANSFERS="" RATE=0 WORKERS=3 ACCOUNTS=1000 KEEP=0 POSTGRES=0 MONGODB=0 SHARDS=2 BROKER=kafka
 while [ $# -gt 0 ]; do
   case "$1" in
     --broker) BROKER=$2; shift 2 ;;
     --transfers) TRANSFERS=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
     --workers) WORKERS=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --prometheus) PROMETHEUS=1; shift ;;
@@ -324,7 +327,7 @@ SAMPLER_PID=$!
 
 say "4/6 publishing $TRANSFERS generated transfers (2% invalid, some overdrawing or to unknown accounts)"
 START=$(date +%s.%N)
-"$BIN/saga-producer" --brokers "$BROKERS" --generate "$TRANSFERS" --accounts "$ACCOUNTS" --seed 42 \
+"$BIN/saga-producer" --brokers "$BROKERS" --generate "$TRANSFERS" --accounts "$ACCOUNTS" --seed 42 --rate "$RATE" \
   --invalid-ratio 0.02 --overdraw-ratio 0.02 --unknown-ratio 0.01 2>&1 | tee "$WORK/producer.out"
 INVALID=$(sed -n 's/.* invalid \([0-9]*\).*/\1/p' "$WORK/producer.out" | tail -1)
 VALID=$((TRANSFERS - ${INVALID:-0}))
