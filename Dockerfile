@@ -51,5 +51,9 @@ LABEL org.opencontainers.image.title="sagapool" \
 # Nothing is written outside /tmp: run with a read-only root filesystem and
 # an emptyDir on /tmp (the Helm chart does).
 USER 10001:10001
+# The MongoDB driver keeps diagnostic counters in /dev/shm/mongoc-<pid> by
+# default; none of them are read, and a file left by a killed process makes a
+# later process with its pid print a warning at start.
+ENV MONGOC_DISABLE_SHM=1
 EXPOSE 9464
 ENTRYPOINT ["saga-worker"]
