@@ -13,7 +13,6 @@
 #include <map>
 #include <random>
 #include <set>
-#include <thread>
 
 #include "ferret_server.hpp"
 #include "kafka_client.hpp"
@@ -115,25 +114,18 @@ class FailpointTest : public ::testing::Test {
   // Polled every 50 ms, on FerretDB every 500 ms: it reads the whole
   // collection for this, and would slow the workers down.
   bool wait_all_finished_and_published() {
-    const auto deadline = std::chrono::steady_clock::now() + patience();
-    while (!all_finished_and_published()) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(kind_ == StoreKind::mongodb ? 500ms : 50ms);
-    }
-    return true;
+    return eventually([&] { return all_finished_and_published(); }, patience(),
+                      kind_ == StoreKind::mongodb ? 500ms : 50ms);
   }
 
   // Every request: one transfer, terminal, and every outcome message for it
   // the same as the ledger's.
   void expect_exactly_once() {
     std::map<std::string, std::vector<json>> by_id;
-    std::size_t messages = 0;
     for (const Record& r : consume_keys(broker_->bootstrap(), "transfers.results", ids_, 60s)) {
       json j = json::parse(r.value);
       by_id[j.at("id").get<std::string>()].push_back(std::move(j));
-      ++messages;
     }
-    std::cout << "outcomes: " << messages << " for " << by_id.size() << " ids\n";
     EXPECT_EQ(by_id.size(), ids_.size());
     for (const std::string& id : ids_) {
       std::optional<TransferDoc> d;

@@ -94,13 +94,14 @@ std::string log_tails(const std::filesystem::path& dir, std::size_t lines);
 // n random hex digits (names, passwords and markers for tests).
 std::string random_hex(std::size_t n);
 
-// Polls `pred` every 50 ms until it holds or `timeout` passes.
+// Polls `pred` every `poll` until it holds or `timeout` passes.
 template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
+bool eventually(Pred pred, std::chrono::milliseconds timeout,
+                std::chrono::milliseconds poll = std::chrono::milliseconds(50)) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(poll);
   }
   return pred();
 }

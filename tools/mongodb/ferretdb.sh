@@ -54,8 +54,9 @@ cmd_fetch() {
   mkdir -p "$work/src/build/version"
   echo "$FERRETDB_VERSION" >"$work/src/build/version/version.txt"
   local meta="$work/src/internal/backends/sqlite/metadata/metadata.go"
-  grep -q "IDColumn = DefaultColumn + \"->'\\$._id'\"" "$meta" || die "the _id index patch no longer applies to $meta"
-  sed -i "s/IDColumn = DefaultColumn + \"->'\\$._id'\"/IDColumn = DefaultColumn + \`->\"_id\"\`/" "$meta"
+  local lookup="IDColumn = DefaultColumn + \"->'\\$._id'\""  # a regular expression
+  grep -q "$lookup" "$meta" || die "the _id index patch no longer applies to $meta"
+  sed -i "s/$lookup/IDColumn = DefaultColumn + \`->\"_id\"\`/" "$meta"
   (cd "$work/src" && "$go" build -o "$work/ferretdb" ./cmd/ferretdb) >"$work/build.log" 2>&1 \
     || die "go build failed: $(tail -10 "$work/build.log")"
   "$work/ferretdb" --version >/dev/null 2>&1 || die "the built ferretdb does not run: $("$work/ferretdb" --version 2>&1 | tail -3)"

@@ -13,9 +13,6 @@ struct UriFree {
 struct CursorFree {
   void operator()(mongoc_cursor_t* c) const noexcept { mongoc_cursor_destroy(c); }
 };
-struct BulkFree {
-  void operator()(mongoc_bulk_operation_t* b) const noexcept { mongoc_bulk_operation_destroy(b); }
-};
 
 // Documents a find asks for in its first reply (the server still caps the
 // reply at 16 MB).
@@ -248,62 +245,55 @@ Status Client::find(const char* name, const bson_t* filter, const bson_t* opts,
   return Status::ok();
 }
 
-Client::Bulk::~Bulk() {
-  for (Op& op : ops_) {
-    bson_destroy(op.a);
-    if (op.b != nullptr) bson_destroy(op.b);
-  }
-}
-void Client::Bulk::insert(const bson_t* doc) { ops_.push_back({Kind::insert, bson_copy(doc), nullptr}); }
-void Client::Bulk::update_one(const bson_t* filter, const bson_t* update, bool upsert) {
-  ops_.push_back({upsert ? Kind::upsert : Kind::update, bson_copy(filter), bson_copy(update)});
-}
-void Client::Bulk::delete_one(const bson_t* filter) { ops_.push_back({Kind::remove, bson_copy(filter), nullptr}); }
-
 namespace {
 constexpr std::size_t kInsertsPerCommand = 1000;
 constexpr std::size_t kChangesPerCommand = 10;
 }  // namespace
 
+Client::Bulk::~Bulk() {
+  for (Piece& p : pieces_) mongoc_bulk_operation_destroy(p.op);
+}
+
+mongoc_bulk_operation_t* Client::Bulk::piece_for(bool insert) {
+  const std::size_t limit = insert ? kInsertsPerCommand : kChangesPerCommand;
+  if (pieces_.empty() || pieces_.back().inserts != insert || pieces_.back().size == limit) {
+    pieces_.push_back({mongoc_collection_create_bulk_operation_with_opts(collection_, opts_), n_, 0, insert});
+  }
+  ++pieces_.back().size;
+  ++n_;
+  return pieces_.back().op;
+}
+
+void Client::Bulk::insert(const bson_t* doc) {
+  if (!failed_ && !mongoc_bulk_operation_insert_with_opts(piece_for(true), doc, nullptr, &error_)) failed_ = true;
+}
+void Client::Bulk::update_one(const bson_t* filter, const bson_t* update, bool upsert) {
+  bson_t opts = BSON_INITIALIZER;
+  if (upsert) BSON_APPEND_BOOL(&opts, "upsert", true);
+  if (!failed_ && !mongoc_bulk_operation_update_one_with_opts(piece_for(false), filter, update, &opts, &error_)) {
+    failed_ = true;
+  }
+  bson_destroy(&opts);
+}
+void Client::Bulk::delete_one(const bson_t* filter) {
+  if (!failed_ && !mongoc_bulk_operation_remove_one_with_opts(piece_for(false), filter, nullptr, &error_)) {
+    failed_ = true;
+  }
+}
+
 Status Client::bulk(const char* name, bool ordered, const std::function<void(Bulk&)>& ops, BulkResult& out,
                     std::string_view what) {
   out = {};
-  Bulk all;
-  ops(all);
   Doc opts;
   opts.boolean("ordered", ordered);
-  Doc upsert;
-  upsert.boolean("upsert", true);
-  for (std::size_t from = 0; from < all.ops_.size();) {
-    // One piece: operations of one kind, up to that kind's limit.
-    const bool inserts = all.ops_[from].kind == Bulk::Kind::insert;
-    const std::size_t limit = inserts ? kInsertsPerCommand : kChangesPerCommand;
-    std::size_t end = from;
-    while (end < all.ops_.size() && end - from < limit &&
-           (all.ops_[end].kind == Bulk::Kind::insert) == inserts) {
-      ++end;
-    }
-    std::unique_ptr<mongoc_bulk_operation_t, BulkFree> b(
-        mongoc_collection_create_bulk_operation_with_opts(collection(name), opts.bson()));
-    bson_error_t err;
-    for (std::size_t i = from; i < end; ++i) {
-      const Bulk::Op& op = all.ops_[i];
-      bool added = false;
-      switch (op.kind) {
-        case Bulk::Kind::insert: added = mongoc_bulk_operation_insert_with_opts(b.get(), op.a, nullptr, &err); break;
-        case Bulk::Kind::update:
-          added = mongoc_bulk_operation_update_one_with_opts(b.get(), op.a, op.b, nullptr, &err);
-          break;
-        case Bulk::Kind::upsert:
-          added = mongoc_bulk_operation_update_one_with_opts(b.get(), op.a, op.b, upsert.bson(), &err);
-          break;
-        case Bulk::Kind::remove: added = mongoc_bulk_operation_remove_one_with_opts(b.get(), op.a, nullptr, &err); break;
-      }
-      if (!added) return Status::fatal(display_ + ": " + std::string(what) + ": " + err.message);
-    }
+  Bulk all(collection(name), opts.bson());
+  ops(all);
+  if (all.failed_) return Status::fatal(display_ + ": " + std::string(what) + ": " + all.error_.message);
+  for (const Bulk::Piece& piece : all.pieces_) {
     Doc reply;
     bson_destroy(reply.bson());
-    const bool ok = mongoc_bulk_operation_execute(b.get(), reply.bson(), &err) != 0;
+    bson_error_t err;
+    const bool ok = mongoc_bulk_operation_execute(piece.op, reply.bson(), &err) != 0;
     const View r(reply.bson());
     out.matched += r.i64("nMatched");
     out.inserted += r.i64("nInserted");
@@ -319,8 +309,8 @@ Status Client::bulk(const char* name, bool ordered, const std::function<void(Bul
         bson_iter_document(&errors, &len, &data);
         if (data == nullptr || !bson_init_static(&e, data, len)) continue;
         const View ev(&e);
-        out.errors.push_back({from + static_cast<std::size_t>(ev.i64("index")), static_cast<int>(ev.i64("code")),
-                              std::string(ev.str("errmsg"))});
+        out.errors.push_back({piece.from + static_cast<std::size_t>(ev.i64("index")),
+                              static_cast<int>(ev.i64("code")), std::string(ev.str("errmsg"))});
       }
     }
     if (!ok && out.errors.size() == errors_before) return map_error(err, what);
@@ -331,7 +321,6 @@ Status Client::bulk(const char* name, bool ordered, const std::function<void(Bul
       }
     }
     if (ordered && out.errors.size() > errors_before) break;
-    from = end;
   }
   return Status::ok();
 }

@@ -141,11 +141,12 @@ class Client {
   std::optional<bool> one_by_one_;
 };
 
-// The operations of one bulk write, kept until Client::bulk sends them in
-// pieces: updates and deletes 10 to a command, inserts 1,000. FerretDB 1.24
-// holds one of its 100 SQLite connections per update statement until the
-// command ends; when the commands of all clients together hold them all it
-// stops answering anyone (one command of 100 statements is enough).
+// The operations of one bulk write, added straight into the driver's bulk
+// operations of at most 10 updates and deletes, or 1,000 inserts, each
+// (Client::bulk sends them in order). FerretDB 1.24 holds one of its 100
+// SQLite connections per update statement until the command ends; when the
+// commands of all clients together hold them all it stops answering anyone
+// (one command of 100 statements is enough).
 class Client::Bulk {
  public:
   void insert(const bson_t* doc);
@@ -154,15 +155,24 @@ class Client::Bulk {
 
  private:
   friend class Client;
-  enum class Kind : std::uint8_t { insert, update, upsert, remove };
-  struct Op {
-    Kind kind;
-    bson_t* a;  // the document, or the filter
-    bson_t* b;  // the update (update, upsert)
+  struct Piece {
+    mongoc_bulk_operation_t* op;
+    std::size_t from;  // the index of its first operation in the whole bulk
+    std::size_t size;
+    bool inserts;
   };
-  Bulk() = default;
+  Bulk(mongoc_collection_t* collection, const bson_t* opts) : collection_(collection), opts_(opts) {}
   ~Bulk();
-  std::vector<Op> ops_;
+  Bulk(const Bulk&) = delete;
+  Bulk& operator=(const Bulk&) = delete;
+  mongoc_bulk_operation_t* piece_for(bool insert);
+
+  mongoc_collection_t* collection_;
+  const bson_t* opts_;
+  std::vector<Piece> pieces_;
+  std::size_t n_ = 0;
+  bool failed_ = false;
+  bson_error_t error_{};
 };
 
 }  // namespace sagapool::mongo

@@ -165,11 +165,7 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
         case LegOp::cancel_credit:
           decision_ids.push_back(leg_id(r.transfer_id, r.account_id, kind_name(PostingKind::credit)));
           break;
-        case LegOp::release:
-          // The debit that reserved what is released: an account behind it
-          // (below) would show nothing to release.
-          decision_ids.push_back(leg_id(r.transfer_id, r.account_id, kind_name(PostingKind::debit)));
-          break;
+        case LegOp::release: break;
       }
     }
     std::sort(account_ids.begin(), account_ids.end());
@@ -228,6 +224,7 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
       decisions[id] = Decision{false, std::string(r.account_id), 0};
     };
 
+    std::vector<std::size_t> unwritten;  // legs decided on an account without changing it
     Status failed;
     for (std::size_t i = from; i < batch.size() && failed; ++i) {
       const LegRequest& req = batch[i];
@@ -340,7 +337,10 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
           out.status = LegStatus::released;
           if (a == nullptr) break;
           const auto e = a->pending.find(pk);
-          if (e == a->pending.end()) break;
+          if (e == a->pending.end()) {
+            unwritten.push_back(i);
+            break;
+          }
           const std::int64_t released = e->second;
           a->pending.erase(e);
           a->account.reserved -= released;
@@ -353,13 +353,17 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
     }
     if (!failed) return failed;
 
-    // ---- a refusal writes nothing, so no key tells whether it was planned
-    // on an account document behind its journal (a slower writer's update
-    // can land after a later one's): it stands only if the account had no
-    // change after the one read.
-    std::set<std::string> next_keys;
+    // ---- a refusal, or a release that found nothing to release, writes
+    // nothing, so no key tells whether it was planned on an account document
+    // behind its journal (a slower writer's update can land after a later
+    // one's): it stands only if the account had no change after the one read.
     for (std::size_t i = from; i < batch.size(); ++i) {
-      if (results[i].status != LegStatus::refused || results[i].reason == Reason::unknown_account) continue;
+      if (results[i].status == LegStatus::refused && results[i].reason != Reason::unknown_account) {
+        unwritten.push_back(i);
+      }
+    }
+    std::set<std::string> next_keys;
+    for (std::size_t i : unwritten) {
       next_keys.insert(change_key(batch[i].account_id, base.at(std::string(batch[i].account_id)).seq + 1));
     }
     if (!next_keys.empty()) {

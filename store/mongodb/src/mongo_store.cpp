@@ -584,12 +584,8 @@ Status MongoStore::postings_for_transfer(std::string_view transfer_id, std::vect
     Posting p;
     if (read_posting(v, p)) out.push_back(std::move(p));
   };
-  bool one_by_one = false;
-  if (Status s = client_->lookups_one_by_one(one_by_one); !s) return s;
   std::optional<TransferDoc> t;
-  if (one_by_one) {
-    if (Status s = load_transfer(transfer_id, t); !s) return s;
-  }
+  if (Status s = load_transfer(transfer_id, t); !s) return s;
   if (t) {
     // A transfer's postings are its legs: the debit and its reversal on the
     // source, the credit on the destination, each under its leg's _id.
