@@ -18,7 +18,7 @@
 # plots throughput, latency and lag over time (gnuplot, PNG).
 # --rate R publishes R requests per second instead of all at once (latency
 # at a given load rather than under a backlog).
-# Usage: tools/demo.sh BIN_DIR [--broker kafka|mock] [--postgres [--shards N] | --mongodb] [--prometheus] [--transfers N] [--rate R] [--workers N] [--keep]
+# Usage: tools/demo.sh BIN_DIR [--broker kafka|mock] [--postgres [--shards N] | --mongodb] [--prometheus] [--transfers N] [--rate R] [--workers N] [--accounts N] [--keep]
 set -euo pipefail
 BIN=$1; shift
 PROMETHEUS=0 OBS_PIDS=()  # --prometheus; the sampler's and Prometheus' pids
@@ -29,6 +29,7 @@ while [ $# -gt 0 ]; do
     --transfers) TRANSFERS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --workers) WORKERS=$2; shift 2 ;;
+    --accounts) ACCOUNTS=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --prometheus) PROMETHEUS=1; shift ;;
     --postgres) POSTGRES=1; shift ;;
@@ -40,6 +41,9 @@ done
 case "$SHARDS" in
   1|2|3|4) ;;
   *) echo "demo: --shards takes 1 to 4" >&2; exit 2 ;;
+esac
+case "$ACCOUNTS" in
+  ''|0*|*[!0-9]*) echo "demo: --accounts takes a positive number" >&2; exit 2 ;;
 esac
 case "$BROKER" in
   kafka|mock) ;;
