@@ -45,12 +45,51 @@ class SqliteStore final : public Store {
   Status configure() {
     for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
                                "PRAGMA foreign_keys=OFF", "PRAGMA temp_store=MEMORY",
-                               "PRAGMA cache_size=-65536", "PRAGMA wal_autocheckpoint=8192",
-                               "PRAGMA mmap_size=1073741824"}) {
+                               "PRAGMA cache_size=-65536", "PRAGMA mmap_size=1073741824",
+                               "PRAGMA journal_size_limit=67108864"}) {
       if (Status s = exec(pragma); !s) return s;
     }
     sqlite3_busy_handler(db_.get(), &SqliteStore::on_busy, nullptr);
+    sqlite3_wal_hook(db_.get(), &SqliteStore::on_wal_commit, this);  // replaces wal_autocheckpoint
     return Status::ok();
+  }
+
+  // SQLite's own autocheckpoint is PASSIVE: it copies what no reader still
+  // needs, and the log starts over only if a writer finds it all copied with
+  // no reader in it. Under back-to-back commits and any overlapping reads
+  // (a scrape, an audit, a progress query) that never happens, and the log
+  // grew past 7 GB in a 1,000,000-transfer run; every page not in it is then
+  // looked for in each of its hash tables, and the saga slowed by a third.
+  // Past kRestartFrames a RESTART checkpoint also waits, at most
+  // kRestartWaitMs with writers held, for the readers already in the log, so
+  // that the next commit starts it over (cut to journal_size_limit). A wait
+  // that times out is tried again only once the log has grown by as much.
+  static constexpr int kCheckpointFrames = 8192;  // 32 MiB: SQLite's default x 8
+  static constexpr int kRestartFrames = 32768;    // 128 MiB
+  static constexpr int kRestartWaitMs = 250;
+
+  static int on_wal_commit(void* self, sqlite3* db, const char* schema, int frames) {
+    auto& store = *static_cast<SqliteStore*>(self);
+    if (frames < kCheckpointFrames) {
+      store.restart_at_frames_ = kRestartFrames;
+      return SQLITE_OK;
+    }
+    if (frames < store.restart_at_frames_) {
+      sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+      return SQLITE_OK;
+    }
+    sqlite3_busy_handler(db, &SqliteStore::on_busy_restart, nullptr);
+    const int rc = sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_RESTART, nullptr, nullptr);
+    sqlite3_busy_handler(db, &SqliteStore::on_busy, nullptr);
+    store.restart_at_frames_ = rc == SQLITE_OK ? kRestartFrames : frames + kRestartFrames;
+    return SQLITE_OK;  // a checkpoint that could not finish is no error of the commit
+  }
+
+  static int on_busy_restart(void*, int count) {
+    constexpr int kStepUs = 1000;
+    if (count * kStepUs / 1000 >= kRestartWaitMs) return 0;
+    std::this_thread::sleep_for(std::chrono::microseconds(kStepUs));
+    return 1;
   }
 
   // Several worker processes share the file. SQLite's default busy handler
@@ -1238,6 +1277,7 @@ class SqliteStore final : public Store {
 
   std::string name_;
   SqlitePtr db_;
+  int restart_at_frames_ = kRestartFrames;  // see on_wal_commit
   StatementCache statements_;
   bool in_scope_ = false;
   bool out_bool_ = false;
