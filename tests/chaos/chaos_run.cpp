@@ -671,10 +671,11 @@ void ChaosRun::check_dead_letters() {
   for (const PlannedRequest& r : workload_.requests) {
     if (r.kind == PlannedRequest::Kind::invalid) invalid[r.bytes] = &r;
   }
+  std::set<std::string> values;
+  for (const auto& [bytes, request] : invalid) values.insert(bytes);
   std::map<std::string, int> seen;
   std::size_t listed = 0;
-  for (const test::Record& r :
-       test::consume(bootstrap_, "transfers.dlq", workload_.invalid, 60s, 2s)) {
+  for (const test::Record& r : test::consume_values(bootstrap_, "transfers.dlq", values, 60s)) {
     ++f_.dead_letters;
     const auto reason = r.headers.find("saga.reason");
     if (invalid.count(r.value) == 0 || reason == r.headers.end() || reason->second != "invalid") {

@@ -192,27 +192,47 @@ std::vector<Record> consume(const std::string& brokers, const std::string& topic
   return out;
 }
 
-std::vector<Record> consume_keys(const std::string& brokers, const std::string& topic,
-                                 const std::set<std::string>& keys, std::chrono::milliseconds timeout,
-                                 const std::vector<std::pair<std::string, std::string>>& config) {
+namespace {
+
+// Reads until every one of `wanted` is the `name` of some record.
+std::vector<Record> consume_covering(const std::string& brokers, const std::string& topic,
+                                     const std::set<std::string>& wanted,
+                                     const std::function<const std::string&(const Record&)>& name,
+                                     std::chrono::milliseconds timeout,
+                                     const std::vector<std::pair<std::string, std::string>>& config) {
   using namespace std::chrono;
   const auto deadline = steady_clock::now() + timeout;
-  std::size_t at_least = keys.size();
+  std::size_t at_least = wanted.size();
   auto settle = milliseconds(500);
   for (;;) {
     const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
     std::vector<Record> out = consume(brokers, topic, at_least, std::max(left, milliseconds(0)), settle, config);
     std::set<std::string> seen;
     for (const Record& r : out) {
-      if (keys.contains(r.key)) seen.insert(r.key);
+      if (wanted.contains(name(r))) seen.insert(name(r));
     }
     // Fewer records than asked for: the timeout passed, nothing more to wait for.
-    if (seen.size() == keys.size() || out.size() < at_least || steady_clock::now() >= deadline) return out;
-    // A key missing among more records than keys: read again, for longer
+    if (seen.size() == wanted.size() || out.size() < at_least || steady_clock::now() >= deadline) return out;
+    // One missing among more records than wanted: read again, for longer
     // once the count is reached, and past what this read saw.
     at_least = out.size() + 1;
     settle = std::min(settle * 2, milliseconds(4000));
   }
+}
+
+}  // namespace
+
+std::vector<Record> consume_keys(const std::string& brokers, const std::string& topic,
+                                 const std::set<std::string>& keys, std::chrono::milliseconds timeout,
+                                 const std::vector<std::pair<std::string, std::string>>& config) {
+  return consume_covering(brokers, topic, keys, [](const Record& r) -> const std::string& { return r.key; },
+                          timeout, config);
+}
+
+std::vector<Record> consume_values(const std::string& brokers, const std::string& topic,
+                                   const std::set<std::string>& values, std::chrono::milliseconds timeout) {
+  return consume_covering(brokers, topic, values,
+                          [](const Record& r) -> const std::string& { return r.value; }, timeout, {});
 }
 
 }  // namespace sagapool::test

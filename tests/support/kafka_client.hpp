@@ -3,6 +3,7 @@
 // start/stop a broker: a real one-node Apache Kafka, or saga-broker where a
 // test needs its fault injection.
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -74,5 +75,10 @@ std::vector<Record> consume(const std::string& brokers, const std::string& topic
 std::vector<Record> consume_keys(const std::string& brokers, const std::string& topic,
                                  const std::set<std::string>& keys, std::chrono::milliseconds timeout,
                                  const std::vector<std::pair<std::string, std::string>>& config = {});
+
+// The same, for records told apart by their value (dead letters keep the
+// original message's key, which several requests may share).
+std::vector<Record> consume_values(const std::string& brokers, const std::string& topic,
+                                   const std::set<std::string>& values, std::chrono::milliseconds timeout);
 
 }  // namespace sagapool::test
