@@ -115,10 +115,17 @@ class RunFigures:
     p99: int
     steady_p50: int | None  # over the requests after the first steady_after_ms
     steady_p99: int | None
+    first_third: int  # transfers finished in the first third of the span
+    last_third: int  # and in its last third
 
     @property
     def transfers_per_s(self) -> str:
         return f"{self.seen * 1000 / (self.span_ms if self.span_ms > 0 else 1):.0f}"
+
+    @property
+    def sustained(self) -> str:
+        """The rate over the span's last third over that of its first third."""
+        return f"{self.last_third / self.first_third:.2f}" if self.first_third else "-"
 
 
 def run_figures(rows: Iterable[tuple[int, int, bool]], steady_after_ms: int) -> RunFigures:
@@ -127,11 +134,15 @@ def run_figures(rows: Iterable[tuple[int, int, bool]], steady_after_ms: int) -> 
     if not rows:
         raise ValueError("no transfers")
     first = min(r[0] for r in rows)
+    last = max(r[1] for r in rows)
+    third = (last - first) / 3
     latencies = sorted(fin - req for req, fin, _ in rows)
     steady = sorted(fin - req for req, fin, _ in rows if req >= first + steady_after_ms)
     return RunFigures(
         seen=len(rows), done=sum(1 for r in rows if r[2]),
-        span_ms=max(r[1] for r in rows) - first,
+        span_ms=last - first,
         p50=pick(latencies, 50), p99=pick(latencies, 99),
         steady_p50=pick(steady, 50) if steady else None,
-        steady_p99=pick(steady, 99) if steady else None)
+        steady_p99=pick(steady, 99) if steady else None,
+        first_third=sum(1 for r in rows if r[1] <= first + third),
+        last_third=sum(1 for r in rows if r[1] > last - third))

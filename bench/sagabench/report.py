@@ -6,7 +6,8 @@ from pathlib import Path
 
 from .console import note
 from .machine import Machine
-from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, PARTITIONS, RUN_S, STEADY_AFTER_MS, Options)
+from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, MOCK_TRANSFERS_MAX, PARTITIONS, RUN_S, STEADY_AFTER_MS,
+                      SUSTAINED_S, Options)
 from .results import Results
 
 MARKER = "<!-- Hand-written below this line: bench/run.py keeps everything after it. -->"
@@ -82,6 +83,10 @@ def hand_written(existing: str | None) -> str:
     return DEFAULT_HAND
 
 
+def _store(config: str) -> str:
+    return "postgres" if config.partition("-")[0] in ("c", "ck") else "sqlite"
+
+
 def describe(config: str, f: Facts) -> str:
     kind, _, rest = config.partition("-")
     workers = f.opts.workers
@@ -92,7 +97,7 @@ def describe(config: str, f: Facts) -> str:
         "d": f"(d) sagapool on SQLite, {workers} workers, saga-broker",
         "ck": f"(c) sagapool on PostgreSQL, {workers} workers, real Kafka",
         "dk": f"(d) sagapool on SQLite, {workers} workers, real Kafka",
-        "e": f"(e) sagapool on {f.opts.scale_name}, {rest} worker{'' if rest == '1' else 's'}",
+        "e": f"(e) sagapool on {f.opts.scale_name}, {rest} worker{'' if rest == '1' else 's'}, real Kafka",
     }[kind]
 
 
@@ -128,13 +133,19 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("ended with `sagactl audit` passing; the baselines' tables balanced after pgbench.")
     calibrated = "" if o.transfers else (f" (what a {thousands(CALIBRATE_N)}-transfer calibration run said "
                                          f"each store finishes in about {RUN_S} s)")
-    w(f"Each sagapool run moved N transfers: {thousands(f.run_n.get('postgres'))} on PostgreSQL, "
-      f"{thousands(f.run_n.get('sqlite'))} on SQLite{calibrated}.")
+    w(f"Each sagapool run on real Kafka moved N transfers: {thousands(f.run_n.get('postgres'))} on PostgreSQL, "
+      f"{thousands(f.run_n.get('sqlite'))} on SQLite{calibrated};")
+    w(f"on saga-broker at most {thousands(MOCK_TRANSFERS_MAX)}, as its retention of 5 MiB per partition allows "
+      "(so only the real-Kafka runs are sustained).")
     w("")
     w("## Targets")
     w("")
     w("| target | measured | |")
     w("| --- | --- | --- |")
+    cpu_c_a = (ratio(med("c-uniform", "cpu"), med("a-uniform", "cpu")),
+               ratio(med("c-zipf", "cpu"), med("a-zipf", "cpu")))
+    w(f"| CPU per transfer: (c) ≤ 0.5 × (a) | uniform {cpu_c_a[0]}, Zipf {cpu_c_a[1]} | "
+      f"{verdict(_all(cpu_c_a, lambda v: v <= 0.5))} |")
     w(f"| c/a ≥ 2 (sagapool on PostgreSQL vs plain ACID) | uniform {c_a[0]}, Zipf {c_a[1]} | "
       f"{verdict(_all(c_a, lambda v: v >= 2))} |")
     w(f"| c/b ≥ 8 (sagapool on PostgreSQL vs the naive recipe) | uniform {c_b[0]}, Zipf {c_b[1]} | "
@@ -147,6 +158,19 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w(f"| p99 ≤ 250 ms at half load | (c) {fmt(half_c_p99)} ms, (d) {fmt(half_d_p99)} ms | "
       f"{verdict(_all((half_c_p99, half_d_p99), lambda v: v <= 250))} |")
     w(f"| worker peak RSS ≤ 200 MiB at full load | {rss_mib(rss_full)} MiB | {verdict(rss_full <= 200 * 1024)} |")
+    full = [r for r in results.rows if r.config.partition("-")[0] in ("ck", "dk", "e")]
+    long_enough = [r.secs != "-" and (int(r.secs) >= SUSTAINED_S or f.run_n.get(_store(r.config), 0) >= 1_000_000)
+                   for r in full]
+    thirds = [r.third for r in full]
+    shown = sorted(float(t) for t in thirds if not _missing(t))
+    w(f"| sustained: each (c), (d), (e) run on real Kafka ≥ {SUSTAINED_S} s or 1,000,000 transfers, its last "
+      f"third's rate ≥ 0.9 × its first third's | shortest {min((int(r.secs) for r in full if r.secs != '-'), default='–')} s; "
+      f"last ÷ first third {fmt(shown[0] if shown else None, 2)} to {fmt(shown[-1] if shown else None, 2)} | "
+      f"{verdict(bool(full) and all(long_enough) and _all(thirds, lambda v: v >= 0.9))} |")
+    scraped = [r.scraped for r in results.rows if r.scraped != "-"]
+    least = min((float(v) for v in scraped), default=None)
+    w(f"| Prometheus scrapes every worker once a second | least scraped worker of a run: "
+      f"{fmt(least, 2)} scrapes/s | {verdict(bool(scraped) and _all(scraped, lambda v: v >= 0.9))} |")
     w("")
     w("## Figures")
     w("")
@@ -186,6 +210,10 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("  reaped included), per 1,000 transfers: (a), (b) pgbench + every PostgreSQL server process;")
     w("  (c) workers + broker + every PostgreSQL server process; (d), (e) on SQLite workers + broker.")
     w("  The producer's CPU is not counted (it is the load generator).")
+    w("- **sustained**: a run's span (first request to last outcome) cut in three; the transfers")
+    w("  finished in its last third over those finished in its first (\"last ÷ first third\" in \"Every run\").")
+    w("- **scrapes/s**: a real Prometheus scrapes every worker's /metrics once a second throughout;")
+    w("  its successful scrapes of the least scraped worker over the run's span, per second.")
     w("- **worker peak RSS**: VmHWM of each worker process (/proc/PID/status) at the end of the run,")
     w("  the largest of the workers and runs.")
     w(f"- **durability**: PostgreSQL with its defaults ({f.pg_settings}); the")
@@ -230,6 +258,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("saga-producer --brokers <bootstrap> --file uniform.jsonl   # uniform: N valid requests, accounts drawn "
       "uniformly (awk, seed 7)")
     w(f"saga-producer ... --rate <half of the median Zipf transfers/s>   # half load, for {o.half_s} s")
+    w("prometheus --config.file <scrape_interval 1s; file_sd: the run's workers>   # once for the bench")
     w("sagactl --store <store> audit   # after the workers drained (SIGTERM, exit 0)")
     w("```")
     w("")
@@ -238,12 +267,13 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("## Every run")
     w("")
     w(f"| config | run | transfers/s | p50 ms | p99 ms | p50 / p99 ms after {STEADY_AFTER_MS} ms | CPU s / 1k | "
-      "worker peak RSS MiB |")
-    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "worker peak RSS MiB | s | last ÷ first third | scrapes/s |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results.rows:
         steady = "–" if r.s50 == "-" else f"{r.s50} / {r.s99}"
         rss = "–" if r.rss == "-" else f"{int(r.rss) / 1024:.0f}"
-        w(f"| {r.config} | {r.rep} | {r.tput} | {r.p50} | {r.p99} | {steady} | {r.cpu} | {rss} |")
+        more = " | ".join("–" if v == "-" else v for v in (r.secs, r.third, r.scraped))
+        w(f"| {r.config} | {r.rep} | {r.tput} | {r.p50} | {r.p99} | {steady} | {r.cpu} | {rss} | {more} |")
     w("")
     w(MARKER)
     w(hand_written(existing))

@@ -17,6 +17,9 @@ class Row:
     rss: str  # worker peak RSS, kB
     s50: str  # ms, requests after the first STEADY_AFTER_MS
     s99: str
+    secs: str = "-"  # sagapool: first request to last outcome, s
+    third: str = "-"  # sagapool: last third's rate / first third's
+    scraped: str = "-"  # sagapool: Prometheus scrapes per second of its least scraped worker
 
 
 class Results:

@@ -1,16 +1,20 @@
 """The servers a bench runs on: one throwaway PostgreSQL server, a real
-one-node Kafka (tools/kafka/kafka.sh) and saga-broker (librdkafka's mock
-cluster). Every one listens on loopback only, and the session stops it."""
+one-node Kafka (tools/kafka/kafka.sh), saga-broker (librdkafka's mock
+cluster) and Prometheus. Every one listens on loopback only, and the
+session stops it."""
+import json
 import os
 import pwd
 import re
 import secrets
 import subprocess
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from . import measure
-from .console import Fatal, show_tail
+from .console import Fatal, note, show_tail
 from .session import Processes, free_port, run_checked
 
 
@@ -167,3 +171,73 @@ def start_saga_broker(procs: Processes, bin_dir: Path, run: Path, partitions: in
         time.sleep(0.1)
     show_tail(run / "broker.log")
     raise Fatal("saga-broker did not start")
+
+
+class Prometheus:
+    """A real Prometheus scraping every worker of the run under way once a
+    second, as the targets ask: started once, on first use; each run names
+    its workers in a file Prometheus watches (file-based discovery, applied
+    within its 5 s update interval, before a run's warm-up is over)."""
+
+    def __init__(self, work: Path, procs: Processes):
+        self.dir = work / "prometheus"
+        self.procs = procs
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self) -> None:
+        if self.proc:
+            return
+        self.dir.mkdir()
+        self.targets = self.dir / "workers.json"
+        self.targets.write_text("[]")
+        config = self.dir / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                          "scrape_configs:\n  - job_name: saga-worker\n    file_sd_configs:\n"
+                          f"      - files: ['{self.targets}']\n")
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        log = self.dir / "prometheus.log"
+        self.proc = self.procs.start(["prometheus", f"--config.file={config}",
+                                      f"--storage.tsdb.path={self.dir / 'data'}",
+                                      f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], log)
+        for _ in range(60):
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        show_tail(log)
+        raise Fatal("Prometheus did not start")
+
+    def scrape(self, ports: list[int]) -> None:
+        """From now on, these workers (and no others): returns once each has
+        been scraped, so the measured part of a run is scraped throughout."""
+        want = {f"127.0.0.1:{p}" for p in ports}
+        tmp = self.targets.with_suffix(".tmp")
+        tmp.write_text(json.dumps([{"targets": sorted(want)}]))
+        tmp.replace(self.targets)
+        for _ in range(60):
+            try:
+                with urllib.request.urlopen(self.url + "/api/v1/targets?state=active", timeout=5) as r:
+                    active = json.load(r)["data"]["activeTargets"]
+                if want <= {t["labels"]["instance"] for t in active if t.get("health") == "up"}:
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.5)
+        note(f"warning: Prometheus did not scrape workers {sorted(want)} within 30 s")
+
+    def scrapes(self, port: int, seconds: int) -> int:
+        """Successful scrapes of one worker over the last `seconds`."""
+        query = urllib.parse.quote(f'sum_over_time(up{{instance="127.0.0.1:{port}"}}[{max(seconds, 1)}s])')
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/query?query={query}", timeout=10) as r:
+                result = json.load(r)["data"]["result"]
+        except (OSError, ValueError, KeyError):
+            return 0
+        return int(float(result[0]["value"][1])) if result else 0

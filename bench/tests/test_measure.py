@@ -106,6 +106,12 @@ class RunFigures(unittest.TestCase):
         self.assertEqual((f.steady_p50, f.steady_p99), (160, 190))  # 8 from t = 2 s
         self.assertEqual(f.transfers_per_s, "1")
 
+    def test_sustained_is_the_last_thirds_rate_over_the_firsts(self):
+        # span 0..9000 ms: 6 finish by 3000, 3 after 6000
+        fins = [500, 1000, 1500, 2000, 2500, 3000, 4000, 7000, 8000, 9000]
+        f = measure.run_figures([(0, fin, True) for fin in fins], steady_after_ms=2000)
+        self.assertEqual((f.first_third, f.last_third, f.sustained), (6, 3, "0.50"))
+
     def test_all_in_the_first_seconds(self):
         f = measure.run_figures([(0, 5, True), (10, 30, True)], steady_after_ms=2000)
         self.assertIsNone(f.steady_p50)

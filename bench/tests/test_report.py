@@ -31,8 +31,8 @@ def results() -> Results:
     for config, tput in (("c-uniform", 8000), ("c-zipf", 9000), ("ck-uniform", 7000), ("ck-zipf", 6500),
                          ("d-uniform", 52000), ("d-zipf", 51000), ("dk-uniform", 49000), ("dk-zipf", 50500),
                          ("e-1", 20000), ("e-2", 51000), ("e-4", 19000)):
-        r.add(config, 1, tput, 900, 1800, "0.150", 51200, "-", "-")
-    r.add("c-zipf", 2, 9500, 850, 1700, "0.140", 50000, "-", "-")
+        r.add(config, 1, tput, 900, 1800, "0.150", 51200, "-", "-", 70, "0.95", "1.00")
+    r.add("c-zipf", 2, 9500, 850, 1700, "0.140", 50000, "-", "-", 64, "1.04", "0.98")
     r.add("half-c", 1, 4400, 59, 109, "0.317", 21504, 59, 109)
     r.add("half-d", 1, 25000, 50, 281, "0.104", 53248, 52, 240)
     return r
@@ -65,13 +65,15 @@ class Render(unittest.TestCase):
                                         "the whole run took 13 min 21 s.")
         self.assertIn("Figures are medians of 2 run(s) each, except where the time budget cut repetitions: "
                       "(e) with 4 workers from run 2.", self.text)
-        self.assertIn("Each sagapool run moved N transfers: 134,000 on PostgreSQL, 150,000 on SQLite (what a "
-                      "10,000-transfer calibration run said each store finishes in about 15 s).", self.text)
+        self.assertIn("Each sagapool run on real Kafka moved N transfers: 134,000 on PostgreSQL, 150,000 on SQLite (what a "
+                      "50,000-transfer calibration run said each store finishes in about 75 s);", self.text)
         self.assertNotIn("--quick", self.lines[3])
 
     def test_targets(self):
         rows = self.section("## Targets")
-        self.assertEqual(len(rows), 9)
+        self.assertEqual(len(rows), 12)
+        self.assertEqual(rows[2], "| CPU per transfer: (c) ≤ 0.5 × (a) | uniform 0.71, Zipf 0.67 | **missed** |")
+        rows = rows[1:]  # the rows below, as they were before the CPU row
         self.assertEqual(rows[2], "| c/a ≥ 2 (sagapool on PostgreSQL vs plain ACID) | uniform 2.00, Zipf 3.00 | "
                                   "**met** |")
         self.assertEqual(rows[3], "| c/b ≥ 8 (sagapool on PostgreSQL vs the naive recipe) | uniform 8.00, "
@@ -81,6 +83,15 @@ class Render(unittest.TestCase):
         self.assertTrue(rows[6].endswith("uniform 49,000, Zipf 50,500 | **missed** |"))
         self.assertEqual(rows[7], "| p99 ≤ 250 ms at half load | (c) 109 ms, (d) 240 ms | **met** |")
         self.assertEqual(rows[8], "| worker peak RSS ≤ 200 MiB at full load | 50 MiB | **met** |")
+        self.assertTrue(rows[9].endswith("| shortest 70 s; last ÷ first third 0.95 to 0.95 | **met** |"))
+        self.assertTrue(rows[10].endswith("| least scraped worker of a run: 0.98 scrapes/s | **met** |"))
+
+    def test_a_short_or_slowing_run_misses_sustained(self):
+        for extra, why in (((59, "0.95", "1.00"), "59 s of 150,000"), ((70, "0.89", "1.00"), "slowing")):
+            r = results()
+            r.add("dk-zipf", 2, 51000, 900, 1800, "0.150", 51200, "-", "-", *extra)
+            rows = [line for line in report.render(r, facts(), None).splitlines() if line.startswith("| sustained")]
+            self.assertTrue(rows[0].endswith("**missed** |"), why)
 
     def test_figures(self):
         rows = self.section("## Figures")
@@ -91,15 +102,16 @@ class Render(unittest.TestCase):
                                   "| 1700 ms | 0.140 | 50 MiB |")  # each column's lower middle of 2
         self.assertTrue(rows[8].startswith(
             "| (c) sagapool on PostgreSQL, 2 workers, real Kafka | uniform | 7,000 |"))
-        self.assertTrue(rows[14].startswith("| (e) sagapool on SQLite, 1 worker | zipf | 20,000 |"))
+        self.assertTrue(rows[14].startswith("| (e) sagapool on SQLite, 1 worker, real Kafka | zipf | 20,000 |"))
         self.assertEqual(rows[17], "| (c) at half load: 4,500/s offered for 20 s; latency after its first 2 s "
                                    "| zipf | 4,400 | 59 ms | 109 ms | 0.317 | 21 MiB |")
 
     def test_every_run(self):
         rows = self.section("## Every run")
         self.assertEqual(len(rows), 2 + 19)
-        self.assertEqual(rows[2], "| a-uniform | 1 | 4000 | 1.5 | 4.0 | – | 0.210 | – |")
-        self.assertEqual(rows[-1], "| half-d | 1 | 25000 | 50 | 281 | 52 / 240 | 0.104 | 52 |")
+        self.assertEqual(rows[2], "| a-uniform | 1 | 4000 | 1.5 | 4.0 | – | 0.210 | – | – | – | – |")
+        self.assertEqual(rows[7], "| c-uniform | 1 | 8000 | 900 | 1800 | – | 0.150 | 50 | 70 | 0.95 | 1.00 |")
+        self.assertEqual(rows[-1], "| half-d | 1 | 25000 | 50 | 281 | 52 / 240 | 0.104 | 52 | – | – | – |")
 
     def test_commands_and_run_as(self):
         self.assertIn("pgbench -n -M prepared -c <best> -j <min(best, nproc)> -T 8 -D zipf=<0|1> "
@@ -118,7 +130,7 @@ class Render(unittest.TestCase):
         text = report.render(r, f, None)
         self.assertIn("**A `--quick` smoke run: small sizes, one repetition; not figures to quote.**", text)
         self.assertIn("Figures are medians of 1 run(s) each.\n", text)
-        self.assertIn("5,000 on PostgreSQL, 5,000 on SQLite.\n", text)
+        self.assertIn("5,000 on PostgreSQL, 5,000 on SQLite;\n", text)
         self.assertIn("| 4,000 | – ms | – ms | 0.210 | – |", text)
         self.assertIn("| c/a ≥ 2 (sagapool on PostgreSQL vs plain ACID) | uniform –, Zipf – | **missed** |", text)
 
