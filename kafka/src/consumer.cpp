@@ -38,7 +38,10 @@ Status Consumer::create(const ConsumerOptions& options, std::unique_ptr<Consumer
       {"heartbeat.interval.ms", "1000"},
       {"max.poll.interval.ms", "300000"},
       {"fetch.wait.max.ms", "50"},
-      {"queued.max.messages.kbytes", "16384"},
+      // Prefetch per partition (librdkafka 2.0): a worker holding all 12
+      // partitions of a 1,000,000-request backlog peaked at 263 MiB RSS with
+      // 16 MiB, 174 MiB with 4 MiB, at the same rate; a batch is ~0.2 MiB.
+      {"queued.max.messages.kbytes", "4096"},
   };
   const bool stats = g_stats_listener.load(std::memory_order_acquire) != nullptr;
   if (stats) opts.push_back({"statistics.interval.ms", kConsumerStatsIntervalMs});
