@@ -63,7 +63,8 @@ class SqliteStore final : public Store {
   // no reader in it. Under back-to-back commits and any overlapping reads
   // (a scrape, an audit, a progress query) that never happens, and the log
   // grew past 7 GB in a 1,000,000-transfer run; every page not in it is then
-  // looked for in each of its hash tables, and the saga slowed by a third.
+  // looked for in each of its hash tables (14.2-14.8k transfers/s, against
+  // 17.0-17.9k with the log bounded).
   // Past kRestartFrames a RESTART checkpoint also waits, at most
   // kRestartWaitMs with writers held, for the readers already in the log, so
   // that the next commit starts it over (cut to journal_size_limit). A wait
