@@ -53,7 +53,7 @@ class SqliteStore final : public Store {
                                "PRAGMA journal_size_limit=67108864"}) {
       if (Status s = exec(pragma); !s) return s;
     }
-    sqlite3_busy_handler(db_.get(), &SqliteStore::on_busy, nullptr);
+    sqlite3_busy_handler(db_.get(), &SqliteStore::on_busy, const_cast<int*>(&kBusyLimitMs));
     sqlite3_wal_hook(db_.get(), &SqliteStore::on_wal_commit, this);  // replaces wal_autocheckpoint
     return Status::ok();
   }
@@ -83,27 +83,21 @@ class SqliteStore final : public Store {
       sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
       return SQLITE_OK;
     }
-    sqlite3_busy_handler(db, &SqliteStore::on_busy_restart, nullptr);
+    sqlite3_busy_handler(db, &SqliteStore::on_busy, const_cast<int*>(&kRestartWaitMs));
     const int rc = sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_RESTART, nullptr, nullptr);
-    sqlite3_busy_handler(db, &SqliteStore::on_busy, nullptr);
+    sqlite3_busy_handler(db, &SqliteStore::on_busy, const_cast<int*>(&kBusyLimitMs));
     store.restart_at_frames_ = rc == SQLITE_OK ? kRestartFrames : frames + kRestartFrames;
     return SQLITE_OK;  // a checkpoint that could not finish is no error of the commit
   }
 
-  static int on_busy_restart(void*, int count) {
-    constexpr int kStepUs = 1000;
-    if (count * kStepUs / 1000 >= kRestartWaitMs) return 0;
-    std::this_thread::sleep_for(std::chrono::microseconds(kStepUs));
-    return 1;
-  }
-
   // Several worker processes share the file. SQLite's default busy handler
   // sleeps for milliseconds, far longer than a batch holds the write lock;
-  // wait in short steps instead, for at most kBusyLimitMs in all.
-  static int on_busy(void*, int count) {
+  // wait in short steps instead, for at most `limit_ms` in all (kBusyLimitMs,
+  // or kRestartWaitMs while a RESTART checkpoint waits for readers).
+  static constexpr int kBusyLimitMs = 10'000;
+  static int on_busy(void* limit_ms, int count) {
     constexpr int kStepUs = 200;
-    constexpr int kBusyLimitMs = 10'000;
-    if (count * kStepUs / 1000 >= kBusyLimitMs) return 0;
+    if (count * kStepUs / 1000 >= *static_cast<const int*>(limit_ms)) return 0;
     std::this_thread::sleep_for(std::chrono::microseconds(count < 20 ? 20 : kStepUs));
     return 1;
   }
