@@ -18,6 +18,11 @@ CALIBRATE_N = 50_000
 TRANSFERS_MIN = 20_000
 TRANSFERS_MAX = 1_000_000
 MOCK_TRANSFERS_MAX = 150_000  # saga-broker's retention: see Bench.mock_n
+# The floor (f) commits as many transfers at once as a worker does at full
+# load (saga-worker's --batch-size default, workers/include/sagapool/worker.hpp),
+# and as many as a worker may (its --batch-size limit).
+WORKER_BATCH = 2000
+FLOOR_BATCH_MAX = 10_000
 
 # Seconds the bench may take (the build comes on top); past a phase's share,
 # its later repetitions are skipped, and the report says so.

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from .console import note
 from .machine import Machine
-from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, MOCK_TRANSFERS_MAX, PARTITIONS, RUN_S, STEADY_AFTER_MS,
-                      SUSTAINED_S, Options)
+from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, MOCK_TRANSFERS_MAX, PARTITIONS, RUN_S,
+                      STEADY_AFTER_MS, SUSTAINED_S, WORKER_BATCH, Options)
 from .results import Results
 
 MARKER = "<!-- Hand-written below this line: bench/run.py keeps everything after it. -->"
@@ -21,7 +21,8 @@ what dominates each of (c) and (d), and what would move it.
 - (to be filled in)"""
 # Rows of "Figures" and bars of the chart, in this order where measured.
 CONFIGS = ("a-uniform", "a-zipf", "b-uniform", "b-zipf", "c-uniform", "c-zipf", "ck-uniform", "ck-zipf",
-           "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", "e-1", "e-2", "e-4")
+           "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", "e-1", "e-2", "e-4",
+           "f-uniform", "f-zipf", "fx-uniform", "fx-zipf", "fn-uniform", "fn-zipf")
 
 
 @dataclasses.dataclass
@@ -99,6 +100,9 @@ def describe(config: str, f: Facts) -> str:
         "ck": f"(c) sagapool on PostgreSQL, {workers} workers, real Kafka",
         "dk": f"(d) sagapool on SQLite, {workers} workers, real Kafka",
         "e": f"(e) sagapool on {f.opts.scale_name}, {rest} worker{'' if rest == '1' else 's'}, real Kafka",
+        "f": f"(f) the SQLite floor: bare SQL, a finished transfer's rows, {thousands(WORKER_BATCH)} per commit",
+        "fx": f"(f) the SQLite floor: bare SQL, a finished transfer's rows, {thousands(FLOOR_BATCH_MAX)} per commit",
+        "fn": f"(f) the same without the postings' per-account index, {thousands(FLOOR_BATCH_MAX)} per commit",
     }[kind]
 
 
@@ -112,6 +116,9 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     a_u, a_z, b_u, b_z = (med(c, "tput") for c in ("a-uniform", "a-zipf", "b-uniform", "b-zipf"))
     c_u, c_z, d_u, d_z = (med(c, "tput") for c in ("c-uniform", "c-zipf", "d-uniform", "d-zipf"))
     ck_u, ck_z, dk_u, dk_z = (med(c, "tput") for c in ("ck-uniform", "ck-zipf", "dk-uniform", "dk-zipf"))
+    floor_text = "; the floor (f) at {} per commit: uniform {}, Zipf {}; without the per-account index: " \
+                 "uniform {}, Zipf {}".format(thousands(FLOOR_BATCH_MAX), *(thousands(med(c, "tput")) for c in (
+                     "fx-uniform", "fx-zipf", "fn-uniform", "fn-zipf")))
     rss_full = max((int(r.rss) for r in results.rows if not r.config.startswith("half-") and r.rss != "-"),
                    default=0)
     half_c_p99, half_d_p99 = med("half-c", "s99"), med("half-d", "s99")
@@ -151,8 +158,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
       f"{verdict(_all(c_a, lambda v: v >= 2))} |")
     w(f"| c/b ≥ 8 (sagapool on PostgreSQL vs the naive recipe) | uniform {c_b[0]}, Zipf {c_b[1]} | "
       f"{verdict(_all(c_b, lambda v: v >= 8))} |")
-    w(f"| d ≥ 50,000 transfers/s (sagapool on SQLite) | uniform {thousands(d_u)}, Zipf {thousands(d_z)} | "
-      f"{verdict(_all((d_u, d_z), lambda v: v >= 50000))} |")
+    w(f"| d ≥ 50,000 transfers/s (sagapool on SQLite) | uniform {thousands(d_u)}, Zipf {thousands(d_z)}"
+      f"{floor_text} | {verdict(_all((d_u, d_z), lambda v: v >= 50000))} |")
     w(f"| c/a ≥ 2 on real Kafka | uniform {ck_a[0]}, Zipf {ck_a[1]} | {verdict(_all(ck_a, lambda v: v >= 2))} |")
     w(f"| d ≥ 50,000 transfers/s on real Kafka | uniform {thousands(dk_u)}, Zipf {thousands(dk_z)} | "
       f"{verdict(_all((dk_u, dk_z), lambda v: v >= 50000))} |")
@@ -181,7 +188,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
         if not results.of(config):
             continue
         dist = "zipf" if config.startswith("e-") else config.partition("-")[2]
-        rss = "–" if config[0] in "ab" else f"{rss_mib(results.max(config, 'rss'))} MiB"
+        rss = "–" if config[0] in "abf" else f"{rss_mib(results.max(config, 'rss'))} MiB"
         w(f"| {describe(config, f)} | {dist} | {thousands(med(config, 'tput'))} | {fmt(med(config, 'p50'))} ms | "
           f"{fmt(med(config, 'p99'))} ms | {fmt(med(config, 'cpu'), 3)} | {rss} |")
     for which, rate in f.half_rates:
@@ -210,7 +217,13 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("- **CPU s / 1,000 transfers**: user + system CPU seconds, from /proc/PID/stat (children")
     w("  reaped included), per 1,000 transfers: (a), (b) pgbench + every PostgreSQL server process;")
     w("  (c) workers + broker + every PostgreSQL server process; (d), (e) on SQLite workers + broker.")
-    w("  The producer's CPU is not counted (it is the load generator).")
+    w("  (f): its own process. The producer's CPU is not counted (it is the load generator).")
+    w("- **the floor (f)**: `bench/sqlite_floor.py` on a copy of the SQLite ledger: the rows a finished")
+    w("  transfer leaves (transfer row, two postings and their index entries, two balances), set-based")
+    w("  SQL on one connection with the workers' settings, no saga and no broker; transfers/s from its")
+    w(f"  first batch to its last commit. {thousands(WORKER_BATCH)} per commit is the workers' batch at full load,")
+    w(f"  {thousands(FLOOR_BATCH_MAX)} the most a worker takes. \"Without the per-account index\": the same with")
+    w("  `--without-account-index` (postings_account, which `sagactl accounts show` reads, dropped first).")
     w("- **sustained**: a run's span (first request to last outcome) cut in three; the transfers")
     w("  finished in its last third over those finished in its first (\"last ÷ first third\" in \"Every run\").")
     w("- **scrapes/s**: a real Prometheus scrapes every worker's /metrics once a second throughout;")
@@ -261,6 +274,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w(f"saga-producer ... --rate <half of the median Zipf transfers/s>   # half load, for {o.half_s} s")
     w("prometheus --config.file <scrape_interval 1s; file_sd: the run's workers>   # once for the bench")
     w("sagactl --store <store> audit   # after the workers drained (SIGTERM, exit 0)")
+    w(f"bench/sqlite_floor.py <copy of the SQLite ledger> --accounts {ACCOUNTS} --transfers <N> "
+      "--batch <B> --dist <uniform|zipf> [--without-account-index]   # (f)")
     w("```")
     w("")
     w(f"Run as: `./dev bench{''.join(' ' + a for a in o.args)}`.")
@@ -291,7 +306,7 @@ def write(path: Path, results: Results, facts: Facts) -> None:
 
 def chart_lines(results: Results) -> list[str]:
     """gnuplot's data for bench/throughput.gp: "label" transfers/s group,
-    one bar a configuration, group 1 = (a) ... 5 = (e) for its colour."""
+    one bar a configuration, group 1 = (a) ... 6 = (f) for its colour."""
     lines = []
     for config in CONFIGS:
         if not results.of(config):
@@ -299,6 +314,9 @@ def chart_lines(results: Results) -> list[str]:
         kind, _, rest = config.partition("-")
         if kind == "e":
             label = f"e: {rest} worker{'' if rest == '1' else 's'}"
+        elif kind in ("f", "fx", "fn"):
+            label = f"f: {rest}, {(WORKER_BATCH if kind == 'f' else FLOOR_BATCH_MAX) // 1000}k/commit" + (
+                ", no account index" if kind == "fn" else "")
         elif kind.endswith("k"):
             label = f"{kind[0]}: {rest}, Kafka"
         else:

@@ -1,20 +1,22 @@
 """The bench's phases, in order: the ledgers; (a), (b) pgbench at its best
 client count; (c), (d) sagapool on PostgreSQL and SQLite on saga-broker and
-on a real Kafka node; (e) scaling; the half-load latency runs. Each measured
+on a real Kafka node; (e) scaling; (f) the SQLite floor; the half-load
+latency runs. Each measured
 run adds a row to the results."""
 import contextlib
 import dataclasses
 import re
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from . import ledgers, measure
 from .budget import Budget
 from .console import Fatal, note, say, show_tail
-from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, PARTITIONS, RUN_S, STEADY_AFTER_MS,
-                      MOCK_TRANSFERS_MAX, TRANSFERS_MAX, TRANSFERS_MIN, Options)
+from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, PARTITIONS, RUN_S, STEADY_AFTER_MS,
+                      MOCK_TRANSFERS_MAX, TRANSFERS_MAX, TRANSFERS_MIN, WORKER_BATCH, Options)
 from .results import Results
 from .servers import Kafka, Postgres, Prometheus, start_saga_broker
 from .session import Session, free_port, nproc, run_checked
@@ -301,6 +303,23 @@ class Bench:
              f"{cpu} CPU s/1k, worker peak RSS {rss_max // 1024} MiB, scraped {scraped:.2f}/s; audit passed")
         ledger.drop()
 
+    def floor_run(self, config: str, rep: int, dist: str, batch: int, *flags: str) -> None:
+        """(f): bench/sqlite_floor.py on a fresh copy of the SQLite ledger,
+        as many transfers as a (d) run on real Kafka."""
+        run = self.work / f"floor-{config}-{rep}"
+        run.mkdir()
+        ledger = ledgers.SqliteLedger(self.work / "template.db", run)
+        n = self.run_n["sqlite"]
+        out = run_checked([sys.executable, self.bench_dir / "sqlite_floor.py", ledger.path, "--accounts", ACCOUNTS,
+                           "--transfers", n, "--batch", batch, "--dist", dist, "--seed", rep, *flags],
+                          f"{config} run {rep}: bench/sqlite_floor.py")
+        tput, cpu, secs, third = out.split()
+        self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", f"{float(secs):.0f}", third)
+        how = " ".join((f"{batch} per commit",) + flags)
+        note(f"{config} run {rep}: {n} transfers, {how}, in {secs} s: {tput} "
+             f"transfers/s (last third / first third {third}), {cpu} CPU s/1k; balanced")
+        ledger.drop()
+
     def run_size(self, store: str) -> None:
         """--transfers N, else what the store finishes in about RUN_S
         seconds, measured by a short calibration run (so the bench keeps to
@@ -354,6 +373,16 @@ class Bench:
                     break
                 self.saga_run(f"e-{workers}", rep, o.scale_store, "zipf", workers, self.run_n[o.scale_store], 0,
                               "kafka")
+        say(f"(f) the SQLite floor: bare SQL, {WORKER_BATCH:,} and {FLOOR_BATCH_MAX:,} "
+            f"transfers per commit ({self.elapsed()})")
+        end = b.phase_end(93)
+        for rep in range(1, o.reps + 1):
+            if not b.rep_ok(rep, end, "(f)"):
+                break
+            for dist in ("uniform", "zipf"):
+                self.floor_run(f"f-{dist}", rep, dist, WORKER_BATCH)
+                self.floor_run(f"fx-{dist}", rep, dist, FLOOR_BATCH_MAX)
+                self.floor_run(f"fn-{dist}", rep, dist, FLOOR_BATCH_MAX, "--without-account-index")
         say(f"half-load latency: (c) and (d) at half their measured Zipf throughput, for {o.half_s} s "
             f"({self.elapsed()})")
         for which, store in (("c", "postgres"), ("d", "sqlite")):

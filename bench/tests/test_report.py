@@ -33,6 +33,9 @@ def results() -> Results:
                          ("e-1", 20000), ("e-2", 51000), ("e-4", 19000)):
         r.add(config, 1, tput, 900, 1800, "0.150", 51200, "-", "-", 70, "0.95", "1.00")
     r.add("c-zipf", 2, 9500, 850, 1700, "0.140", 50000, "-", "-", 64, "1.04", "0.98")
+    for config, tput in (("f-uniform", 30000), ("f-zipf", 40000), ("fx-uniform", 48000), ("fx-zipf", 60000),
+                         ("fn-uniform", 120000), ("fn-zipf", 130000)):
+        r.add(config, 1, tput, "-", "-", "0.020", "-", "-", "-", 21, "0.97")
     r.add("half-c", 1, 4400, 59, 109, "0.317", 21504, 59, 109)
     r.add("half-d", 1, 25000, 50, 281, "0.104", 53248, 52, 240)
     return r
@@ -78,7 +81,9 @@ class Render(unittest.TestCase):
                                   "**met** |")
         self.assertEqual(rows[3], "| c/b ≥ 8 (sagapool on PostgreSQL vs the naive recipe) | uniform 8.00, "
                                   "Zipf 11.25 | **met** |")
-        self.assertTrue(rows[4].endswith("uniform 52,000, Zipf 51,000 | **met** |"))
+        self.assertTrue(rows[4].endswith("uniform 52,000, Zipf 51,000; the floor (f) at 10,000 per commit: "
+                                         "uniform 48,000, Zipf 60,000; without the per-account index: "
+                                         "uniform 120,000, Zipf 130,000 | **met** |"))
         self.assertTrue(rows[5].endswith("uniform 1.75, Zipf 2.17 | **missed** |"))
         self.assertTrue(rows[6].endswith("uniform 49,000, Zipf 50,500 | **missed** |"))
         self.assertEqual(rows[7], "| p99 ≤ 250 ms at half load | (c) 109 ms, (d) 240 ms | **met** |")
@@ -95,7 +100,7 @@ class Render(unittest.TestCase):
 
     def test_figures(self):
         rows = self.section("## Figures")
-        self.assertEqual(len(rows), 2 + 15 + 2)
+        self.assertEqual(len(rows), 2 + 21 + 2)
         self.assertEqual(rows[2], "| (a) plain ACID transfer, pgbench, 32 clients | uniform | 4,000 | 2 ms | 4 ms "
                                   "| 0.210 | – |")
         self.assertEqual(rows[7], "| (c) sagapool on PostgreSQL, 2 workers, saga-broker | zipf | 9,000 | 850 ms "
@@ -103,12 +108,18 @@ class Render(unittest.TestCase):
         self.assertTrue(rows[8].startswith(
             "| (c) sagapool on PostgreSQL, 2 workers, real Kafka | uniform | 7,000 |"))
         self.assertTrue(rows[14].startswith("| (e) sagapool on SQLite, 1 worker, real Kafka | zipf | 20,000 |"))
-        self.assertEqual(rows[17], "| (c) at half load: 4,500/s offered for 20 s; latency after its first 2 s "
+        self.assertEqual(rows[17], "| (f) the SQLite floor: bare SQL, a finished transfer's rows, 2,000 per commit "
+                                   "| uniform | 30,000 | – ms | – ms | 0.020 | – |")
+        self.assertTrue(rows[20].startswith("| (f) the SQLite floor: bare SQL, a finished transfer's rows, 10,000 per "
+                                            "commit | zipf | 60,000 |"))
+        self.assertEqual(rows[22], "| (f) the same without the postings' per-account index, 10,000 per commit "
+                                   "| zipf | 130,000 | – ms | – ms | 0.020 | – |")
+        self.assertEqual(rows[23], "| (c) at half load: 4,500/s offered for 20 s; latency after its first 2 s "
                                    "| zipf | 4,400 | 59 ms | 109 ms | 0.317 | 21 MiB |")
 
     def test_every_run(self):
         rows = self.section("## Every run")
-        self.assertEqual(len(rows), 2 + 19)
+        self.assertEqual(len(rows), 2 + 25)
         self.assertEqual(rows[2], "| a-uniform | 1 | 4000 | 1.5 | 4.0 | – | 0.210 | – | – | – | – |")
         self.assertEqual(rows[7], "| c-uniform | 1 | 8000 | 900 | 1800 | – | 0.150 | 50 | 70 | 0.95 | 1.00 |")
         self.assertEqual(rows[-1], "| half-d | 1 | 25000 | 50 | 281 | 52 / 240 | 0.104 | 52 | – | – | – |")
@@ -164,7 +175,11 @@ class Chart(unittest.TestCase):
         self.assertEqual(lines[0], '"a: uniform" 4000 1')
         self.assertIn('"c: zipf" 9000 3', lines)
         self.assertIn('"d: uniform, Kafka" 49000 4', lines)
-        self.assertEqual(lines[-3:], ['"e: 1 worker" 20000 5', '"e: 2 workers" 51000 5', '"e: 4 workers" 19000 5'])
+        self.assertEqual(lines[-9:-6], ['"e: 1 worker" 20000 5', '"e: 2 workers" 51000 5', '"e: 4 workers" 19000 5'])
+        self.assertEqual(lines[-6:], ['"f: uniform, 2k/commit" 30000 6', '"f: zipf, 2k/commit" 40000 6',
+                                      '"f: uniform, 10k/commit" 48000 6', '"f: zipf, 10k/commit" 60000 6',
+                                      '"f: uniform, 10k/commit, no account index" 120000 6',
+                                      '"f: zipf, 10k/commit, no account index" 130000 6'])
 
 
 class Formats(unittest.TestCase):
