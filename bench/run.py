@@ -10,6 +10,8 @@ and Zipf-skewed (s = 1.1) account choice:
       saga-worker pool -> PostgreSQL
   (d) sagapool end to end on SQLite
   (e) sagapool with 1, 2 and 4 workers (on SQLite unless --scale-store postgres)
+  (f) the SQLite floor: a finished transfer's rows written by bare SQL
+      (bench/sqlite_floor.py), with and without the per-account index
   and a latency run of (c) and (d) at half their measured throughput.
 (c) and (d) run on saga-broker (librdkafka's mock cluster) and again on a
 real one-node Apache Kafka (tools/kafka/kafka.sh), side by side.

@@ -1,8 +1,7 @@
 """The bench's phases, in order: the ledgers; (a), (b) pgbench at its best
 client count; (c), (d) sagapool on PostgreSQL and SQLite on saga-broker and
 on a real Kafka node; (e) scaling; (f) the SQLite floor; the half-load
-latency runs. Each measured
-run adds a row to the results."""
+latency runs. Each measured run adds a row to the results."""
 import contextlib
 import dataclasses
 import re
@@ -337,9 +336,9 @@ class Bench:
         return min(self.run_n[store], MOCK_TRANSFERS_MAX)
 
     def sagapool(self) -> None:
-        """(c), (d), (e) and the half-load runs. What is left of the budget
+        """(c), (d), (e), (f) and the half-load runs. What is left of the budget
         is shared out: (c) to 40 %, (d) to 60 %, real Kafka to 75 %, (e) to
-        90 %, the rest for the half-load runs and the report."""
+        90 %, (f) to 93 %, the rest for the half-load runs and the report."""
         o, b = self.opts, self.budget
         b.share_out()
         for store, name, label in (("postgres", "PostgreSQL", "c"), ("sqlite", "SQLite", "d")):
