@@ -338,7 +338,7 @@ class Bench:
     def sagapool(self) -> None:
         """(c), (d), (e), (f) and the half-load runs. What is left of the budget
         is shared out: (c) to 40 %, (d) to 60 %, real Kafka to 75 %, (e) to
-        90 %, (f) to 93 %, the rest for the half-load runs and the report."""
+        90 %, (f) to 93 %, the half-load runs to 98 %, the rest for the report."""
         o, b = self.opts, self.budget
         b.share_out()
         for store, name, label in (("postgres", "PostgreSQL", "c"), ("sqlite", "SQLite", "d")):
@@ -384,7 +384,13 @@ class Bench:
                 self.floor_run(f"fn-{dist}", rep, dist, FLOOR_BATCH_MAX, "--without-account-index")
         say(f"half-load latency: (c) and (d) at half their measured Zipf throughput, for {o.half_s} s "
             f"({self.elapsed()})")
-        for which, store in (("c", "postgres"), ("d", "sqlite")):
-            rate = int(float(self.results.median(f"{which}-zipf", "tput") or 0) / 2)
-            self.saga_run(f"half-{which}", 1, store, "zipf", o.workers, max(rate * o.half_s, 1000), rate)
-            self.half_rates.append((which, rate))
+        # The target holds in each of the runs, so they are repeated too.
+        half = [(which, store, int(float(self.results.median(f"{which}-zipf", "tput") or 0) / 2))
+                for which, store in (("c", "postgres"), ("d", "sqlite"))]
+        self.half_rates = [(which, rate) for which, _, rate in half]
+        end = b.phase_end(98)
+        for rep in range(1, o.reps + 1):
+            if not b.rep_ok(rep, end, "the half-load runs"):
+                break
+            for which, store, rate in half:
+                self.saga_run(f"half-{which}", rep, store, "zipf", o.workers, max(rate * o.half_s, 1000), rate)
