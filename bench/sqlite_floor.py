@@ -26,8 +26,9 @@ import sqlite3
 import sys
 import time
 
+# The workers' settings (store/sqlite), and the requests' table in memory.
 PRAGMAS = ("journal_mode=WAL", "synchronous=FULL", "cache_size=-32768", "mmap_size=0",
-           "temp_store=MEMORY", "wal_autocheckpoint=8192")  # the workers' (store/sqlite)
+           "wal_autocheckpoint=8192", "temp_store=MEMORY")
 
 INSERT_TRANSFERS = """
 INSERT INTO transfers SELECT id, src, dst, amount, 'USD', '{}', 0, 'done', 'floor', 1, 0, 'none',
