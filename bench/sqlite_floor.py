@@ -87,24 +87,23 @@ def main() -> int:
     db.execute("CREATE TEMP TABLE req (n INTEGER PRIMARY KEY, id TEXT, src TEXT, dst TEXT, amount INTEGER)")
     db.executemany("INSERT INTO req VALUES (?, ?, ?, ?, ?)", requests(a.dist, a.transfers, a.accounts, a.seed))
 
-    ends: list[float] = []  # when each batch committed
+    commits: list[tuple[float, int]] = []  # (seconds in, transfers) of each batch
     t0, cpu0 = time.monotonic(), time.process_time()
     for lo in range(0, a.transfers, a.batch):
-        bounds = {"lo": lo, "hi": min(lo + a.batch, a.transfers) - 1, "at": int(time.time() * 1000)}
+        hi = min(lo + a.batch, a.transfers) - 1
         db.execute("BEGIN IMMEDIATE")
         for statement in (INSERT_TRANSFERS, INSERT_POSTINGS, UPDATE_BALANCES):
-            db.execute(statement, bounds)
+            db.execute(statement, {"lo": lo, "hi": hi, "at": int(time.time() * 1000)})
         db.execute("COMMIT")
-        ends.append(time.monotonic())
-    secs, cpu = ends[-1] - t0, time.process_time() - cpu0
+        commits.append((time.monotonic() - t0, hi - lo + 1))
+    secs, cpu = commits[-1][0], time.process_time() - cpu0
 
     rows = db.execute("SELECT count(*) FROM transfers WHERE owner = 'floor'").fetchone()[0]
     if db.execute("SELECT sum(balance) FROM accounts").fetchone()[0] != money or rows != a.transfers:
         print("sqlite_floor: the ledger does not balance, or transfer rows are missing", file=sys.stderr)
         return 1
-    sizes = [min(a.batch, a.transfers - lo) for lo in range(0, a.transfers, a.batch)]
-    first = sum(s for s, e in zip(sizes, ends) if e - t0 <= secs / 3)
-    last = sum(s for s, e in zip(sizes, ends) if e - t0 > 2 * secs / 3)
+    first = sum(n for at, n in commits if at <= secs / 3)
+    last = sum(n for at, n in commits if at > 2 * secs / 3)
     third = f"{last / first:.2f}" if first else "-"
     print(f"{a.transfers / secs:.0f} {cpu / a.transfers * 1000:.3f} {secs:.3f} {third}")
     return 0

@@ -20,7 +20,8 @@ TRANSFERS_MAX = 1_000_000
 MOCK_TRANSFERS_MAX = 150_000  # saga-broker's retention: see Bench.mock_n
 # The floor (f) commits as many transfers at once as a worker does at full
 # load (saga-worker's --batch-size default, workers/include/sagapool/worker.hpp),
-# and as many as a worker may (its --batch-size limit).
+# and as many as a worker may (its --batch-size limit, workers/src/main.cpp);
+# bench/tests/test_options.py checks both against the worker's source.
 WORKER_BATCH = 2000
 FLOOR_BATCH_MAX = 10_000
 

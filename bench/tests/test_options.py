@@ -1,6 +1,7 @@
 """bench/run.py's command line: defaults, --quick, and what it refuses."""
 import contextlib
 import io
+import re
 import sys
 import unittest
 from pathlib import Path
@@ -10,6 +11,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import run  # noqa: E402
 from sagabench import options  # noqa: E402
 from sagabench.options import UsageError, parse  # noqa: E402
+
+
+class WorkerBatch(unittest.TestCase):
+    def test_floor_batches_are_the_workers_default_and_limit(self):
+        root = Path(__file__).resolve().parents[2]
+        header = (root / "workers" / "include" / "sagapool" / "worker.hpp").read_text()
+        cli = (root / "workers" / "src" / "main.cpp").read_text()
+        self.assertEqual(int(re.search(r"batch_size = (\d+);", header).group(1)), options.WORKER_BATCH)
+        limit = re.search(r'"--batch-size".*?CLI::Range\(1, (\d+)\)', cli, re.S).group(1)
+        self.assertEqual(int(limit), options.FLOOR_BATCH_MAX)
 
 
 class Defaults(unittest.TestCase):
