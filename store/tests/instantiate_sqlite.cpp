@@ -17,6 +17,46 @@ void exec(sqlite3* db, const char* sql) {
   sqlite3_free(err);
 }
 
+void exec(const std::string& path, const char* sql) {
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  exec(raw, sql);
+  sqlite3_close(raw);
+}
+
+bool has_account_index(const std::string& path) {
+  sqlite3* raw = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(raw, "SELECT 1 FROM sqlite_master WHERE name = 'postings_account'", -1,
+                               &st, nullptr),
+            SQLITE_OK);
+  const bool found = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  return found;
+}
+
+// transfer/kind of the account's latest postings, newest first.
+std::vector<std::string> recent(Store& store, std::string_view account, std::size_t limit = 100) {
+  std::vector<Posting> postings;
+  EXPECT_TRUE(store.postings_for_account(account, limit, postings).is_ok());
+  std::vector<std::string> out;
+  for (const Posting& p : postings) out.push_back(p.transfer_id + "/" + std::string(to_string(p.kind)));
+  return out;
+}
+
+// Legs applied in one scope (one transaction, as the engine runs a batch).
+void apply_in_scope(Store& store, std::vector<LegRequest> legs, bool commit = true) {
+  std::vector<LegResult> results(legs.size());
+  ASSERT_TRUE(store.begin_scope().is_ok());
+  ASSERT_TRUE(store.apply_legs(legs, results).is_ok());
+  for (const LegResult& r : results) {
+    EXPECT_TRUE(r.status == LegStatus::posted || r.status == LegStatus::reversed);
+  }
+  ASSERT_TRUE(store.end_scope(commit).is_ok());
+}
+
 }  // namespace
 
 // Schema version 1 had no reservation: `sagactl init` adds it, filled from
@@ -112,6 +152,92 @@ TEST(SqliteStore, InitExpandsAVersionTwoFileAndContractRaisesItsFloor) {
   ASSERT_TRUE(t.has_value());
   EXPECT_EQ(t->schema_version, kSchemaVersion);
   EXPECT_FALSE(schema_runs(*t, 2));
+}
+
+// Each posting links to its account's one before: the latest are read from
+// the account's head, newest first, whether posted in a scope or alone; a
+// scope rolled back leaves the chain as it was.
+TEST(SqliteStore, AnAccountsPostingsAreReadFromItsChainNewestFirst) {
+  TempDir dir("sagapool-chain");
+  const std::string path = (dir.path() / "store.db").string();
+  std::unique_ptr<Store> store;
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, store));
+  SAGA_ASSERT_OK(store->init_schema());
+  EXPECT_FALSE(has_account_index(path));
+  const std::vector<Account> accounts{make_account("a", 1000), make_account("b", 1000)};
+  SAGA_ASSERT_OK(store->create_accounts(accounts));
+  apply_in_scope(*store, {{LegOp::debit, "t-1", "a", 10, ""}, {LegOp::credit, "t-1", "b", 10, ""},
+                          {LegOp::debit, "t-2", "b", 20, ""}, {LegOp::credit, "t-2", "a", 20, ""},
+                          {LegOp::debit, "t-3", "a", 30, ""}});
+  const LegRequest alone{LegOp::credit, "t-3", "b", 30, ""};
+  LegResult r;
+  SAGA_ASSERT_OK(store->apply_legs(std::span(&alone, 1), std::span(&r, 1)));
+  EXPECT_EQ(r.status, LegStatus::posted);
+  apply_in_scope(*store, {{LegOp::debit, "t-4", "a", 40, ""}}, false);
+  apply_in_scope(*store, {{LegOp::cancel_debit, "t-3", "a", 30, ""}, {LegOp::debit, "t-5", "b", 5, ""}});
+
+  EXPECT_EQ(recent(*store, "a"),
+            (std::vector<std::string>{"t-3/reverse_debit", "t-3/debit", "t-2/credit", "t-1/debit"}));
+  EXPECT_EQ(recent(*store, "b"),
+            (std::vector<std::string>{"t-5/debit", "t-3/credit", "t-2/debit", "t-1/credit"}));
+  EXPECT_EQ(recent(*store, "a", 2), (std::vector<std::string>{"t-3/reverse_debit", "t-3/debit"}));
+  EXPECT_TRUE(recent(*store, "a", 0).empty());
+  EXPECT_TRUE(recent(*store, "nobody").empty());
+}
+
+// A file as version 3 left it: no chain, postings_account. Init adds the
+// columns and keeps the index, which reads use while builds of version 3 may
+// still post unlinked; the contract links every posting in time order and
+// drops the index, and postings made after it extend the chain.
+TEST(SqliteStore, ContractLinksTheOlderPostingsAndDropsTheAccountIndex) {
+  TempDir dir("sagapool-chain-upgrade");
+  const std::string path = (dir.path() / "store.db").string();
+  std::unique_ptr<Store> store;
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, store));
+  SAGA_ASSERT_OK(store->init_schema());
+  SAGA_ASSERT_OK(store->write_topology({"ledger-1", 0, 1, kSchemaVersion, kSchemaVersion}));
+  store.reset();
+  exec(path, R"(
+    ALTER TABLE accounts DROP COLUMN last_transfer; ALTER TABLE accounts DROP COLUMN last_kind;
+    ALTER TABLE postings DROP COLUMN prev_transfer; ALTER TABLE postings DROP COLUMN prev_kind;
+    CREATE INDEX postings_account ON postings(account_id, at);
+    UPDATE meta SET value = '3' WHERE key IN ('schema_version', 'schema_expanded');
+    INSERT INTO accounts VALUES ('a', 940, 1000, 0, '', 0, 60), ('b', 1060, 1000, 0, '', 0, 0);
+    INSERT INTO postings VALUES ('t-1', 'a', 'debit', 10, 1), ('t-1', 'b', 'credit', 10, 2),
+      ('t-2', 'a', 'debit', 20, 3), ('t-2', 'b', 'credit', 20, 3), ('t-3', 'a', 'debit', 30, 3);
+  )");
+
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, store));
+  SAGA_ASSERT_OK(store->init_schema());
+  std::optional<Topology> t;
+  SAGA_ASSERT_OK(store->read_topology(t));
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->schema_version, 3);
+  EXPECT_EQ(t->schema_expanded, kSchemaVersion);
+  EXPECT_TRUE(has_account_index(path));
+  EXPECT_EQ(recent(*store, "a"), (std::vector<std::string>{"t-3/debit", "t-2/debit", "t-1/debit"}));
+
+  // In the window: this build posts (linked to an empty head), and a build
+  // of version 3 posts unlinked, later.
+  apply_in_scope(*store, {{LegOp::debit, "t-4", "a", 40, ""}});
+  exec(path, "INSERT INTO postings(transfer_id, account_id, kind, amount, at) "
+             "VALUES ('t-5', 'a', 'credit', 50, 9000000000000)");
+  EXPECT_EQ(recent(*store, "a").size(), 5U);
+
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("contract #" + std::to_string(round + 1));
+    SAGA_ASSERT_OK(store->contract_schema());
+    EXPECT_FALSE(has_account_index(path));
+    EXPECT_EQ(recent(*store, "a"), (std::vector<std::string>{"t-5/credit", "t-4/debit", "t-3/debit",
+                                                             "t-2/debit", "t-1/debit"}));
+    EXPECT_EQ(recent(*store, "b"), (std::vector<std::string>{"t-2/credit", "t-1/credit"}));
+  }
+  SAGA_ASSERT_OK(store->read_topology(t));
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->schema_version, kSchemaVersion);
+  apply_in_scope(*store, {{LegOp::credit, "t-6", "b", 60, ""}, {LegOp::debit, "t-7", "a", 70, ""}});
+  EXPECT_EQ(recent(*store, "a", 3), (std::vector<std::string>{"t-7/debit", "t-5/credit", "t-4/debit"}));
+  EXPECT_EQ(recent(*store, "b"), (std::vector<std::string>{"t-6/credit", "t-2/credit", "t-1/credit"}));
 }
 
 }  // namespace sagapool::test

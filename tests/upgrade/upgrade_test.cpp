@@ -248,6 +248,24 @@ class RollingUpgrade : public testing::Test {
     r = ctl(bin("sagactl"), {"audit"});
     EXPECT_EQ(r.exit_code, 0) << r.output;
 
+    // An account's latest postings, as `sagactl accounts show` reads them,
+    // are all of its postings: on SQLite, old builds posted unlinked until
+    // the contract linked them.
+    std::map<std::string, std::multiset<std::string>> by_account;
+    ASSERT_TRUE(store
+                    ->scan_postings([&](const Posting& p) {
+                      by_account[p.account_id].insert(p.transfer_id + "/" + std::string(to_string(p.kind)));
+                    })
+                    .is_ok());
+    EXPECT_EQ(by_account.size(), static_cast<std::size_t>(kAccounts));
+    for (const auto& [id, want] : by_account) {
+      std::vector<Posting> latest;
+      ASSERT_TRUE(store->postings_for_account(id, want.size() + 1, latest).is_ok());
+      std::multiset<std::string> got;
+      for (const Posting& p : latest) got.insert(p.transfer_id + "/" + std::string(to_string(p.kind)));
+      EXPECT_EQ(got, want) << id;
+    }
+
     for (auto& [name, p] : workers_) EXPECT_EQ(p.stop(30s), 0) << name;
     workers_.clear();
   }

@@ -41,7 +41,10 @@ namespace sagapool {
 //    (applied in one step: a version-1 writer would break the credit rule).
 // 3: the worker registry (expand); the contract drops saga_transition, the
 //    call of schema 2's first builds (PostgreSQL).
-inline constexpr int kSchemaVersion = 3;
+// 4: SQLite chains each account's postings (expand: the columns); the
+//    contract links the older ones and drops postings_account. Nothing
+//    changes on PostgreSQL or MongoDB.
+inline constexpr int kSchemaVersion = 4;
 
 // Recorded in every store by `sagactl init` so that processes given the
 // stores in another number or order refuse to start instead of misplacing

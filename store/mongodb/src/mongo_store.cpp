@@ -183,7 +183,8 @@ Status MongoStore::init_schema() {
                          ", newer than this program knows (" + std::to_string(kSchemaVersion) + ")");
   }
   // A store made here from nothing is contracted: no older program ran on it.
-  // MongoDB's first schema is 3, so there is no expand step to apply.
+  // MongoDB's first schema is 3, and 4 changes nothing here: there is no
+  // expand step to apply.
   if (!exists) version = kSchemaVersion;
   Doc update;
   update.sub("$set", [&](Builder& b) { b.i64("version", version).i64("expanded", kSchemaVersion); });

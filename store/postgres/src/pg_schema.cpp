@@ -14,11 +14,12 @@ const std::string_view kCreateMeta = embedded::sql_meta;
 namespace {
 
 // One entry per schema version, in order (sql/migrations/).
-constexpr std::array<Migration, 3> kMigrations = {
+constexpr std::array<Migration, 4> kMigrations = {
     Migration{embedded::sql_migrations_0001_tables, {}, true},
     Migration{embedded::sql_migrations_0002_reservation, {}, true},
     Migration{embedded::sql_migrations_0003_worker_registry, embedded::sql_migrations_0003_contract,
               false},
+    Migration{{}, {}, false},  // 4 changes the SQLite store only
 };
 static_assert(kMigrations.size() == kSchemaVersion, "one migration per schema version");
 

@@ -17,7 +17,7 @@ extern const std::string_view kCreateMeta;
 
 // migrations()[v - 1] takes a schema from version v - 1 to version v, in
 // two steps run inside the init (or contract) transaction, after the
-// advisory lock: `expand` by `sagactl init`, `contract` (may be empty) by
+// advisory lock: `expand` by `sagactl init` (may be empty), `contract` (may be empty) by
 // `sagactl migrate --contract`. A version whose expand step older builds
 // cannot run beside (`one_step`) raises the floor at once.
 struct Migration {

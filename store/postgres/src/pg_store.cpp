@@ -222,6 +222,7 @@ class PgStore final : public Store {
       }
     } else {
       for (auto v = static_cast<std::size_t>(expanded); v < steps.size(); ++v) {
+        if (steps[v].expand.empty()) continue;
         if (Status s = simple(std::string(steps[v].expand),
                               "init schema: migration to version " + std::to_string(v + 1));
             !s)

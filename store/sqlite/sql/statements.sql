@@ -11,6 +11,12 @@ SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1;
 -- name: has_reserved_column
 SELECT 1 FROM pragma_table_info('accounts') WHERE name = 'reserved';
 
+-- name: has_chain_columns
+SELECT 1 FROM pragma_table_info('accounts') WHERE name = 'last_transfer';
+
+-- name: has_index
+SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?1;
+
 -- name: read_meta
 SELECT key, value FROM meta;
 
@@ -106,21 +112,39 @@ INSERT INTO accounts(id, balance, opening_balance, min_balance, currency, locked
   VALUES (?1, ?2, ?2, ?3, ?4, ?5)
   ON CONFLICT(id) DO NOTHING;
 
+-- The row, then the head of its postings' chain.
 -- name: load_account
-SELECT id, balance, opening_balance, min_balance, currency, locked, reserved
+SELECT id, balance, opening_balance, min_balance, currency, locked, reserved,
+    last_transfer, last_kind
   FROM accounts WHERE id = ?1;
 
 -- name: set_locked
 UPDATE OR FAIL accounts SET locked = ?1 WHERE id = ?2;
 
 -- name: write_account
-UPDATE OR FAIL accounts SET balance = ?1, reserved = ?3 WHERE id = ?2;
+UPDATE OR FAIL accounts SET balance = ?1, reserved = ?3, last_transfer = ?4, last_kind = ?5
+  WHERE id = ?2;
 
 -- name: postings_for_transfer
 SELECT transfer_id, account_id, kind, amount, at FROM postings
   WHERE transfer_id = ?1 ORDER BY at, kind;
 
+-- Newest first: the account's head, then each posting's previous one.
 -- name: postings_for_account
+WITH RECURSIVE chain(transfer_id, kind, n) AS (
+    SELECT last_transfer, last_kind, 1 FROM accounts
+      WHERE id = ?1 AND last_transfer <> '' AND ?2 > 0
+    UNION ALL
+    SELECT p.prev_transfer, p.prev_kind, c.n + 1 FROM chain c JOIN postings p
+      ON p.transfer_id = c.transfer_id AND p.account_id = ?1 AND p.kind = c.kind
+      WHERE p.prev_transfer <> '' AND c.n < ?2)
+SELECT p.transfer_id, p.account_id, p.kind, p.amount, p.at FROM chain c JOIN postings p
+    ON p.transfer_id = c.transfer_id AND p.account_id = ?1 AND p.kind = c.kind
+  ORDER BY c.n;
+
+-- The same, on a store not yet contracted to version 4 (its postings are
+-- not all linked, and postings_account is still there).
+-- name: postings_for_account_by_time
 SELECT transfer_id, account_id, kind, amount, at FROM postings
   WHERE account_id = ?1 ORDER BY at DESC LIMIT ?2;
 
@@ -142,21 +166,26 @@ SELECT account_id, transfer_id FROM pending;
 -- name: leg_probe
 SELECT EXISTS(SELECT 1 FROM leg_voids WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3),
     EXISTS(SELECT 1 FROM postings WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3),
-    a.id IS NOT NULL, a.balance, a.min_balance, a.currency, a.locked, a.reserved
+    a.id IS NOT NULL, a.balance, a.min_balance, a.currency, a.locked, a.reserved,
+    a.last_transfer, a.last_kind
   FROM (SELECT 1) LEFT JOIN accounts a ON a.id = ?2;
 
 -- name: leg_voided
 SELECT 1 FROM leg_voids WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3;
 
+-- ?6, ?7: the account's head before this posting.
 -- name: insert_posting
-INSERT OR FAIL INTO postings(transfer_id, account_id, kind, amount, at)
-  VALUES (?1, ?2, ?3, ?4, ?5);
+INSERT OR FAIL INTO postings(transfer_id, account_id, kind, amount, at, prev_transfer, prev_kind)
+  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7);
 
 -- name: posting_amount
 SELECT amount FROM postings WHERE transfer_id = ?1 AND account_id = ?2 AND kind = ?3;
 
+-- ?4, ?5: the posting just made, the account's new head.
 -- name: set_balance
-UPDATE OR FAIL accounts SET balance = ?1, reserved = reserved + ?3 WHERE id = ?2;
+UPDATE OR FAIL accounts SET balance = ?1, reserved = reserved + ?3, last_transfer = ?4,
+    last_kind = ?5
+  WHERE id = ?2;
 
 -- A pending entry added again (a debit and a credit of one transfer on one
 -- account; the engine never sends that) holds both reservations.

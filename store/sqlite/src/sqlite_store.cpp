@@ -102,8 +102,10 @@ class SqliteStore final : public Store {
     return 1;
   }
 
-  // Version 3's expand step (the workers table) is in schema.sql; SQLite
-  // has nothing for its contract step to drop.
+  // Version 3's expand step (the workers table) is in schema.sql, with
+  // nothing for its contract step to drop. Version 4's (the posting chain) is
+  // in migrations/: the columns on init, the links and the index's drop on
+  // contract.
   Status init_schema() override { return migrate(false); }
   Status contract_schema() override { return migrate(true); }
 
@@ -123,12 +125,14 @@ class SqliteStore final : public Store {
         return Status::fatal(name_ + " is not at schema version " + std::to_string(kSchemaVersion) +
                              " yet; run `sagactl init` first");
       }
+      if (Status s = link_postings(); !s) return s;
       floor = kSchemaVersion;
     } else {
       if (Status s = exec(std::string(sqlite_embedded::sql_schema)); !s) return s;
       bool upgraded = false;
       if (Status s = upgrade_to_reservation(upgraded); !s) return s;
       if (upgraded) floor = 2;  // version 2 is one step: version-1 writers break on it
+      if (Status s = expand_posting_chain(); !s) return s;
       if (fresh) floor = kSchemaVersion;
     }
     Stmt* st = nullptr;
@@ -176,6 +180,24 @@ class SqliteStore final : public Store {
     if (rc == SQLITE_ROW) return Status::ok();
     upgraded = true;
     return exec(std::string(sqlite_embedded::sql_migrations_0002_reservation));
+  }
+
+  // Version 4's expand step, on a store whose accounts have no chain head.
+  Status expand_posting_chain() {
+    Stmt* st = nullptr;
+    if (Status s = prepare("has_chain_columns", st); !s) return s;
+    const int rc = sqlite3_step(st->get());
+    sqlite3_reset(st->get());
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
+    if (rc == SQLITE_ROW) return Status::ok();
+    return exec(std::string(sqlite_embedded::sql_migrations_0004_posting_chain));
+  }
+
+  // Version 4's contract step, on a store that still has postings_account
+  // (one made before version 4); a store made at 4 never had it.
+  Status link_postings() {
+    if (Status s = has_index("postings_account", out_bool_); !s || !out_bool_) return s;
+    return exec(std::string(sqlite_embedded::sql_migrations_0004_contract));
   }
 
   Status read_topology(std::optional<Topology>& out) override {
@@ -573,8 +595,13 @@ class SqliteStore final : public Store {
   Status postings_for_account(std::string_view account_id, std::size_t limit,
                               std::vector<Posting>& out) override {
     out.clear();
+    if (Status s = write_behind(); !s) return s;
+    // Until the contract links every posting, the chain may skip some.
+    if (Status s = has_index("postings_account", out_bool_); !s) return s;
     Stmt* st = nullptr;
-    if (Status s = prepare("postings_for_account", st); !s) return s;
+    if (Status s = prepare(out_bool_ ? "postings_for_account_by_time" : "postings_for_account", st);
+        !s)
+      return s;
     bind_arg(st, 1, account_id);
     bind_arg(st, 2, static_cast<std::int64_t>(limit));
     return scan_posting_rows(st, [&](const Posting& p) { out.push_back(p); });
@@ -718,6 +745,7 @@ class SqliteStore final : public Store {
     std::int64_t min_balance = 0;
     bool locked = false;
     std::int64_t reserved = 0;
+    std::string last_transfer, last_kind;  // the chain's head; out of a scope only
   };
 
   Status probe_leg(Legs& l, const LegRequest& req, PostingKind kind, Probe& p,
@@ -740,26 +768,36 @@ class SqliteStore final : public Store {
     currency.assign(column_view(st, 5));
     p.locked = sqlite3_column_int(st, 6) != 0;
     p.reserved = sqlite3_column_int64(st, 7);
+    p.last_transfer.assign(column_view(st, 8));
+    p.last_kind.assign(column_view(st, 9));
     sqlite3_reset(st);
     return Status::ok();
   }
 
+  // The posting goes on its account's chain: it links to the head `p` read
+  // (or the scope's), and becomes the head.
   Status post(Legs& l, const LegRequest& req, PostingKind kind, std::int64_t new_balance,
-              std::int64_t now, bool pending) {
+              std::int64_t now, bool pending, const Probe& p) {
+    ScopeAccount* a = nullptr;
+    if (in_scope_) {
+      if (Status s = scope_account(req.account_id, a); !s) return s;
+    }
     bind_arg(l.insert_posting, 1, req.transfer_id);
     bind_arg(l.insert_posting, 2, req.account_id);
     bind_arg(l.insert_posting, 3, to_string(kind));
     bind_arg(l.insert_posting, 4, req.amount);
     bind_arg(l.insert_posting, 5, now);
+    bind_arg(l.insert_posting, 6, std::string_view(a ? a->last_transfer : p.last_transfer));
+    bind_arg(l.insert_posting, 7, std::string_view(a ? a->last_kind : p.last_kind));
     if (Status s = step_done(l.insert_posting, "insert posting"); !s) return s;
     // A debit reserves its amount for its reversal; dropping the entry (the
     // reversal) gives back what the entry held.
     const std::int64_t reserve = kind == PostingKind::debit ? req.amount : 0;
     std::int64_t released = 0;
-    if (in_scope_) {
-      ScopeAccount* a = nullptr;
-      if (Status s = scope_account(req.account_id, a); !s) return s;
+    if (a != nullptr) {
       a->row.balance = new_balance;
+      a->last_transfer.assign(req.transfer_id);
+      a->last_kind.assign(to_string(kind));
       a->dirty = true;
       if (FreshTransfer* f = fresh(req.transfer_id)) {
         f->marks |= mark_of(kind);
@@ -786,6 +824,8 @@ class SqliteStore final : public Store {
     bind_arg(l.set_balance, 1, new_balance);
     bind_arg(l.set_balance, 2, req.account_id);
     bind_arg(l.set_balance, 3, reserve - released);
+    bind_arg(l.set_balance, 4, req.transfer_id);
+    bind_arg(l.set_balance, 5, to_string(kind));
     return step_done(l.set_balance, "update balance");
   }
 
@@ -874,7 +914,7 @@ class SqliteStore final : public Store {
           return out.reason = Reason::overflow, Status::ok();
         }
         if (Status s = post(l, req, debit ? PostingKind::debit : PostingKind::credit, next, now,
-                            true);
+                            true, p);
             !s)
           return s;
         out.status = LegStatus::posted;
@@ -897,7 +937,7 @@ class SqliteStore final : public Store {
           return Status::fatal("reversing debit of transfer " + std::string(req.transfer_id) +
                                " would overflow account " + std::string(req.account_id));
         }
-        return post(l, req, PostingKind::reverse_debit, next, now, false);
+        return post(l, req, PostingKind::reverse_debit, next, now, false, p);
       }
       case LegOp::cancel_credit: {
         bool credited = false;
@@ -1011,9 +1051,11 @@ class SqliteStore final : public Store {
     return Status::ok();
   }
 
-  Status has_table(const char* name, bool& out) {
+  Status has_table(const char* name, bool& out) { return has_object("has_table", name, out); }
+  Status has_index(const char* name, bool& out) { return has_object("has_index", name, out); }
+  Status has_object(std::string_view statement, const char* name, bool& out) {
     Stmt* st = nullptr;
-    if (Status s = prepare("has_table", st); !s) return s;
+    if (Status s = prepare(statement, st); !s) return s;
     bind_arg(st, 1, std::string_view(name));
     const int rc = sqlite3_step(st->get());
     sqlite3_reset(st->get());
@@ -1060,6 +1102,7 @@ class SqliteStore final : public Store {
     bool exists = false;
     bool dirty = false;
     Account row;
+    std::string last_transfer, last_kind;  // the head of its postings' chain
   };
   static constexpr std::uint8_t kDebitPosted = 1, kCreditPosted = 2, kReversed = 4,
                                 kDebitVoided = 8, kCreditVoided = 16, kSourcePending = 32,
@@ -1144,11 +1187,19 @@ class SqliteStore final : public Store {
   Status scope_account(std::string_view id, ScopeAccount*& out) {
     auto it = scope_accounts_.find(id);
     if (it == scope_accounts_.end()) {
-      std::optional<Account> row;
-      if (Status s = read_account(id, row); !s) return s;
       ScopeAccount a;
-      a.exists = row.has_value();
-      if (row) a.row = std::move(*row);
+      Stmt* st = nullptr;
+      if (Status s = prepare("load_account", st); !s) return s;
+      bind_arg(st, 1, id);
+      if (Status s = scan_account_rows(st,
+                                       [&](const Account& row) {
+                                         a.exists = true;
+                                         a.row = row;
+                                         a.last_transfer.assign(column_view(st->get(), 7));
+                                         a.last_kind.assign(column_view(st->get(), 8));
+                                       });
+          !s)
+        return s;
       it = scope_accounts_.emplace(std::string(id), std::move(a)).first;
     }
     out = &it->second;
@@ -1205,6 +1256,8 @@ class SqliteStore final : public Store {
       bind_arg(bal, 1, a.row.balance);
       bind_arg(bal, 2, std::string_view(id));
       bind_arg(bal, 3, a.row.reserved);
+      bind_arg(bal, 4, std::string_view(a.last_transfer));
+      bind_arg(bal, 5, std::string_view(a.last_kind));
       if (Status s = step_done(bal, "update balance"); !s) return s;
       a.dirty = false;
     }
