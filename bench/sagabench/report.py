@@ -22,7 +22,7 @@ what dominates each of (c) and (d), and what would move it.
 # Rows of "Figures" and bars of the chart, in this order where measured.
 CONFIGS = ("a-uniform", "a-zipf", "b-uniform", "b-zipf", "c-uniform", "c-zipf", "ck-uniform", "ck-zipf",
            "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", "e-1", "e-2", "e-4",
-           "f-uniform", "f-zipf", "fx-uniform", "fx-zipf", "fn-uniform", "fn-zipf")
+           "f-uniform", "f-zipf", "fx-uniform", "fx-zipf", "fi-uniform", "fi-zipf")
 
 
 @dataclasses.dataclass
@@ -102,7 +102,8 @@ def describe(config: str, f: Facts) -> str:
         "e": f"(e) sagapool on {f.opts.scale_name}, {rest} worker{'' if rest == '1' else 's'}, real Kafka",
         "f": f"(f) the SQLite floor: bare SQL, a finished transfer's rows, {thousands(WORKER_BATCH)} per commit",
         "fx": f"(f) the SQLite floor: bare SQL, a finished transfer's rows, {thousands(FLOOR_BATCH_MAX)} per commit",
-        "fn": f"(f) the same without the postings' per-account index, {thousands(FLOOR_BATCH_MAX)} per commit",
+        "fi": f"(f) the same rows as schema version 3 wrote them (indexed by account and time), "
+              f"{thousands(WORKER_BATCH)} per commit",
     }[kind]
 
 
@@ -116,9 +117,9 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     a_u, a_z, b_u, b_z = (med(c, "tput") for c in ("a-uniform", "a-zipf", "b-uniform", "b-zipf"))
     c_u, c_z, d_u, d_z = (med(c, "tput") for c in ("c-uniform", "c-zipf", "d-uniform", "d-zipf"))
     ck_u, ck_z, dk_u, dk_z = (med(c, "tput") for c in ("ck-uniform", "ck-zipf", "dk-uniform", "dk-zipf"))
-    floor_text = "; the floor (f) at {} per commit: uniform {}, Zipf {}; without the per-account index: " \
-                 "uniform {}, Zipf {}".format(thousands(FLOOR_BATCH_MAX), *(thousands(med(c, "tput")) for c in (
-                     "fx-uniform", "fx-zipf", "fn-uniform", "fn-zipf")))
+    floor_text = "; the floor (f) at {} per commit: uniform {}, Zipf {}; at {}: uniform {}, Zipf {}".format(
+        thousands(WORKER_BATCH), *(thousands(med(c, "tput")) for c in ("f-uniform", "f-zipf")),
+        thousands(FLOOR_BATCH_MAX), *(thousands(med(c, "tput")) for c in ("fx-uniform", "fx-zipf")))
     rss_full = max((int(r.rss) for r in results.rows if not r.config.startswith("half-") and r.rss != "-"),
                    default=0)
     half_p99 = {which: [r.s99 for r in results.of(f"half-{which}")] for which in ("c", "d")}
@@ -220,11 +221,11 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("  (c) workers + broker + every PostgreSQL server process; (d), (e) on SQLite workers + broker.")
     w("  (f): its own process. The producer's CPU is not counted (it is the load generator).")
     w("- **the floor (f)**: `bench/sqlite_floor.py` on a copy of the SQLite ledger: the rows a finished")
-    w("  transfer leaves (transfer row, two postings and their index entries, two balances), set-based")
+    w("  transfer leaves (transfer row, two postings linked to their accounts' chains, two accounts), set-based")
     w("  SQL on one connection with the workers' settings, no saga and no broker; transfers/s from its")
     w(f"  first batch to its last commit. {thousands(WORKER_BATCH)} per commit is the workers' batch at full load,")
-    w(f"  {thousands(FLOOR_BATCH_MAX)} the most a worker takes. \"Without the per-account index\": the same with")
-    w("  `--without-account-index` (postings_account, which `sagactl accounts show` reads, dropped first).")
+    w(f"  {thousands(FLOOR_BATCH_MAX)} the most a worker takes. \"As schema version 3 wrote them\": with")
+    w("  `--account-index`, postings unlinked and indexed by (account, time) in postings_account instead.")
     w("- **sustained**: a run's span (first request to last outcome) cut in three; the transfers")
     w("  finished in its last third over those finished in its first (\"last ÷ first third\" in \"Every run\").")
     w("- **scrapes/s**: a real Prometheus scrapes every worker's /metrics once a second throughout;")
@@ -276,7 +277,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("prometheus --config.file <scrape_interval 1s; file_sd: the run's workers>   # once for the bench")
     w("sagactl --store <store> audit   # after the workers drained (SIGTERM, exit 0)")
     w(f"bench/sqlite_floor.py <copy of the SQLite ledger> --accounts {ACCOUNTS} --transfers <N> "
-      "--batch <B> --dist <uniform|zipf> [--without-account-index]   # (f)")
+      "--batch <B> --dist <uniform|zipf> [--account-index]   # (f)")
     w("```")
     w("")
     w(f"Run as: `./dev bench{''.join(' ' + a for a in o.args)}`.")
@@ -315,9 +316,9 @@ def chart_lines(results: Results) -> list[str]:
         kind, _, rest = config.partition("-")
         if kind == "e":
             label = f"e: {rest} worker{'' if rest == '1' else 's'}"
-        elif kind in ("f", "fx", "fn"):
-            label = f"f: {rest}, {(WORKER_BATCH if kind == 'f' else FLOOR_BATCH_MAX) // 1000}k/commit" + (
-                ", no account index" if kind == "fn" else "")
+        elif kind in ("f", "fx", "fi"):
+            label = f"f: {rest}, {(FLOOR_BATCH_MAX if kind == 'fx' else WORKER_BATCH) // 1000}k/commit" + (
+                ", schema 3" if kind == "fi" else "")
         elif kind.endswith("k"):
             label = f"{kind[0]}: {rest}, Kafka"
         else:

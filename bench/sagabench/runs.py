@@ -381,7 +381,7 @@ class Bench:
             for dist in ("uniform", "zipf"):
                 self.floor_run(f"f-{dist}", rep, dist, WORKER_BATCH)
                 self.floor_run(f"fx-{dist}", rep, dist, FLOOR_BATCH_MAX)
-                self.floor_run(f"fn-{dist}", rep, dist, FLOOR_BATCH_MAX, "--without-account-index")
+                self.floor_run(f"fi-{dist}", rep, dist, WORKER_BATCH, "--account-index")
         say(f"half-load latency: (c) and (d) at half their measured Zipf throughput, for {o.half_s} s "
             f"({self.elapsed()})")
         # The target holds in each of the runs, so they are repeated too.

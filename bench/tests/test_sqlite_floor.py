@@ -1,5 +1,6 @@
 """bench/sqlite_floor.py on a small ledger made from the store's own schema:
-it writes every transfer's rows, conserves money, and says so."""
+it writes every transfer's rows, conserves money, links each account's
+postings as the store reads them, and says so."""
 import sqlite3
 import subprocess
 import sys
@@ -10,12 +11,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = ROOT / "bench" / "sqlite_floor.py"
 SCHEMA = ROOT / "store" / "sqlite" / "sql" / "schema.sql"
+STATEMENTS = ROOT / "store" / "sqlite" / "sql" / "statements.sql"
+
+
+def store_statement(name: str) -> str:
+    """One statement of the store's statements.sql, as the store runs it."""
+    text = STATEMENTS.read_text().split(f"-- name: {name}\n", 1)[1]
+    return text.split(";", 1)[0]
 
 
 def ledger(path: Path, accounts: int) -> None:
     with sqlite3.connect(path) as db:
         db.executescript(SCHEMA.read_text())
-        db.executemany("INSERT INTO accounts VALUES (?, 1000000, 1000000, 0, 'USD', 0, 0)",
+        db.executemany("INSERT INTO accounts(id, balance, opening_balance, min_balance, currency, locked) "
+                       "VALUES (?, 1000000, 1000000, 0, 'USD', 0)",
                        [(f"acct-{i}",) for i in range(accounts)])
 
 
@@ -40,17 +49,26 @@ class SqliteFloor(unittest.TestCase):
                     self.assertEqual(check.execute("SELECT count(*), sum(amount) FROM postings").fetchone(), (2002, 0))
                     self.assertEqual(check.execute("SELECT sum(balance) FROM accounts").fetchone()[0], 50_000_000)
                     self.assertEqual(check.execute("PRAGMA journal_mode").fetchone()[0], "wal")
+                    latest = store_statement("postings_for_account")
+                    for (account,) in check.execute("SELECT id FROM accounts").fetchall():
+                        chain = check.execute(latest, (account, 10_000)).fetchall()
+                        every = check.execute("SELECT transfer_id, account_id, kind, amount, at FROM postings "
+                                              "WHERE account_id = ?", (account,)).fetchall()
+                        self.assertEqual(sorted(chain), sorted(every), account)
+                        newest = max(every, key=lambda row: int(row[0].rsplit("-", 1)[1]))
+                        self.assertEqual(chain[0][0], newest[0], "newest first")
 
-    def test_without_the_account_index(self):
+    def test_version_three_rows_with_the_account_index(self):
         with tempfile.TemporaryDirectory() as d:
             db = Path(d) / "ledger.db"
             ledger(db, 20)
             done = floor(db, "--accounts", "20", "--transfers", "100", "--batch", "30", "--dist", "uniform",
-                         "--without-account-index")
+                         "--account-index")
             self.assertEqual(done.returncode, 0, done.stderr)
             with sqlite3.connect(db) as check:
-                self.assertEqual(check.execute("SELECT count(*) FROM postings").fetchone()[0], 200)
-                self.assertIsNone(check.execute(
+                self.assertEqual(check.execute("SELECT count(*) FROM postings WHERE prev_transfer = ''")
+                                 .fetchone()[0], 200)
+                self.assertIsNotNone(check.execute(
                     "SELECT 1 FROM sqlite_master WHERE name = 'postings_account'").fetchone())
 
     def test_refuses_an_empty_batch(self):
