@@ -223,8 +223,8 @@ TEST(PgStore, InitUpgradesAVersionOneSchemaWithItsReservations) {
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE("init #" + std::to_string(round + 1));
     SAGA_ASSERT_OK(s->init_schema());
-    // Version 2 is one step (the floor follows it); version 3 is an expand
-    // step that version-2 builds run beside.
+    // Version 2 is one step (the floor follows it); versions 3 and 4 are
+    // expand steps that version-2 builds run beside.
     EXPECT_EQ(psql_value(server, db, "SELECT schema_version || '/' || schema_expanded FROM saga_meta"),
               "2/" + std::to_string(kSchemaVersion));
     EXPECT_EQ(psql_value(server, db, "SELECT id || '=' || reserved FROM saga_accounts ORDER BY id"),
@@ -242,8 +242,8 @@ TEST(PgStore, InitUpgradesAVersionOneSchemaWithItsReservations) {
 }
 
 // A store as version 2 left it (no registry, no schema_expanded, the call
-// of schema 2's first builds installed): init expands it to version 3 and
-// keeps everything version-2 builds use, so they run on; the contract then
+// of schema 2's first builds installed): init expands it to version 3 (and
+// 4, empty on PostgreSQL) and keeps everything version-2 builds use, so they run on; the contract then
 // drops the old call and raises the floor, which version-2 builds refuse.
 TEST(PgStore, InitExpandsAVersionTwoSchemaAndContractFinishesIt) {
   auto [server, db, s] = fresh_database("expand_contract");

@@ -159,7 +159,7 @@ class RollingUpgrade : public testing::Test {
     // helm upgrade's pre-upgrade hook: this build's init, the expand step.
     r = ctl(bin("sagactl"), {"init"});
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("upgraded schema from version 2"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("upgraded schema from version 3"), std::string::npos) << r.output;
     // The old workers run on: a store error they cannot retry would have
     // stopped them.
     std::this_thread::sleep_for(3s);
@@ -172,7 +172,7 @@ class RollingUpgrade : public testing::Test {
       extra.signal(SIGTERM);
       EXPECT_EQ(extra.wait(30s), std::optional<int>(0));
     }
-    r = ctl(bin("sagactl"), {"migrate", "--contract", "--unregistered-gone-after", refusal_window_});
+    r = ctl(bin("sagactl"), {"migrate", "--contract", "--unregistered-gone-after", "5s"});
     EXPECT_EQ(r.exit_code, 3) << r.output;
     EXPECT_NE(r.output.find("worker old-"), std::string::npos) << r.output;
 
@@ -180,10 +180,10 @@ class RollingUpgrade : public testing::Test {
     for (int i = 0; i < kWorkers; ++i) {
       replace("old-" + std::to_string(i), "new-" + std::to_string(i));
       std::this_thread::sleep_for(2s);
-      // The last old worker may hold no partition (and so no lease): only
-      // PostgreSQL sees it regardless, through its recovery passes.
-      if (i == kWorkers - 2 && sees_idle_workers_) {
-        r = ctl(bin("sagactl"), {"migrate", "--contract", "--unregistered-gone-after", refusal_window_});
+      // The last old worker may hold no partition (and so no lease): the
+      // registry sees it regardless.
+      if (i == kWorkers - 2) {
+        r = ctl(bin("sagactl"), {"migrate", "--contract", "--unregistered-gone-after", "5s"});
         EXPECT_EQ(r.exit_code, 3) << "refused while old-" << kWorkers - 1 << " runs\n" << r.output;
         EXPECT_NE(r.output.find("worker old-" + std::to_string(kWorkers - 1) + " "), std::string::npos)
             << r.output;
@@ -273,11 +273,6 @@ class RollingUpgrade : public testing::Test {
   TempDir dir_{"sagapool-upgrade"};
   std::unique_ptr<Broker> broker_;
   std::string url_;
-  // How an old worker (never registered) is seen: on PostgreSQL by every
-  // recovery pass; on SQLite only by the leases it holds, and a rebalance
-  // can leave it without work for long.
-  bool sees_idle_workers_ = true;
-  std::string refusal_window_ = "5s";
   std::map<std::string, Process> workers_;
   std::thread producer_;
   std::atomic<bool> stop_{false};
@@ -286,8 +281,6 @@ class RollingUpgrade : public testing::Test {
 
 TEST_F(RollingUpgrade, OnSqlite) {
   url_ = "sqlite:" + (dir_ / "ledger.db").string();
-  sees_idle_workers_ = false;
-  refusal_window_ = "30s";
   run_scenario();
 }
 
