@@ -21,6 +21,13 @@ def pick(ordered: Sequence, percent: int):
     return ordered[len(ordered) * percent // 100]
 
 
+def finished_total(metrics: str) -> int:
+    """saga_transfers_finished_total summed over its label sets, from a
+    worker's /metrics text (Prometheus' text format)."""
+    return sum(int(float(m.group(1))) for m in
+               re.finditer(r"^saga_transfers_finished_total(?:\{[^}]*\})? (\S+)$", metrics, re.M))
+
+
 # ---- CPU and memory, from /proc ---------------------------------------------
 
 def stat_ticks(text: str) -> tuple[int, int, int]:

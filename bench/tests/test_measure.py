@@ -41,6 +41,21 @@ class Pick(unittest.TestCase):
         self.assertEqual((measure.pick([7], 50), measure.pick([7], 99)), (7, 7))
 
 
+class FinishedTotal(unittest.TestCase):
+    def test_sums_every_label_set_and_nothing_else(self):
+        text = """# HELP saga_transfers_finished_total Transfers that reached a terminal state.
+# TYPE saga_transfers_finished_total counter
+saga_transfers_finished_total{outcome="done",reason="none"} 1200
+saga_transfers_finished_total{outcome="canceled",reason="insufficient_funds"} 3.4e+01
+saga_transfers_finished_totals 7
+saga_requests_total{result="accepted"} 5000
+"""
+        self.assertEqual(measure.finished_total(text), 1234)
+
+    def test_none_yet(self):
+        self.assertEqual(measure.finished_total("saga_requests_total 0\n"), 0)
+
+
 class ProcStat(unittest.TestCase):
     def test_ticks_are_user_system_and_reaped_children(self):
         self.assertEqual(measure.stat_ticks(stat(42, 1)), (42, 1, 127))
