@@ -17,6 +17,16 @@ void exec(sqlite3* db, const char* sql) {
   sqlite3_free(err);
 }
 
+// A store file at this build's version, one shard of ledger-1; closed.
+std::string current_file(const TempDir& dir) {
+  const std::string path = (dir.path() / "store.db").string();
+  std::unique_ptr<Store> store;
+  EXPECT_TRUE(open_store("sqlite:" + path, store).is_ok());
+  EXPECT_TRUE(store->init_schema().is_ok());
+  EXPECT_TRUE(store->write_topology({"ledger-1", 0, 1, kSchemaVersion, kSchemaVersion}).is_ok());
+  return path;
+}
+
 void exec(const std::string& path, const char* sql) {
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
@@ -118,17 +128,10 @@ TEST(SqliteStore, InitUpgradesAVersionOneFileWithItsReservations) {
 // raises it.
 TEST(SqliteStore, InitExpandsAVersionTwoFileAndContractRaisesItsFloor) {
   TempDir dir("sagapool-expand");
-  const std::string path = (dir.path() / "store.db").string();
+  const std::string path = current_file(dir);
   std::unique_ptr<Store> store;
-  SAGA_ASSERT_OK(open_store("sqlite:" + path, store));
-  SAGA_ASSERT_OK(store->init_schema());
-  SAGA_ASSERT_OK(store->write_topology({"ledger-1", 0, 1, kSchemaVersion, kSchemaVersion}));
-  store.reset();
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
-  exec(raw, "DROP TABLE workers; UPDATE meta SET value = '2' WHERE key = 'schema_version'; "
-            "DELETE FROM meta WHERE key = 'schema_expanded';");
-  sqlite3_close(raw);
+  exec(path, "DROP TABLE workers; UPDATE meta SET value = '2' WHERE key = 'schema_version'; "
+             "DELETE FROM meta WHERE key = 'schema_expanded';");
 
   SAGA_ASSERT_OK(open_store("sqlite:" + path, store));
   std::optional<Topology> t;
@@ -191,12 +194,8 @@ TEST(SqliteStore, AnAccountsPostingsAreReadFromItsChainNewestFirst) {
 // drops the index, and postings made after it extend the chain.
 TEST(SqliteStore, ContractLinksTheOlderPostingsAndDropsTheAccountIndex) {
   TempDir dir("sagapool-chain-upgrade");
-  const std::string path = (dir.path() / "store.db").string();
+  const std::string path = current_file(dir);
   std::unique_ptr<Store> store;
-  SAGA_ASSERT_OK(open_store("sqlite:" + path, store));
-  SAGA_ASSERT_OK(store->init_schema());
-  SAGA_ASSERT_OK(store->write_topology({"ledger-1", 0, 1, kSchemaVersion, kSchemaVersion}));
-  store.reset();
   exec(path, R"(
     ALTER TABLE accounts DROP COLUMN last_transfer; ALTER TABLE accounts DROP COLUMN last_kind;
     ALTER TABLE postings DROP COLUMN prev_transfer; ALTER TABLE postings DROP COLUMN prev_kind;

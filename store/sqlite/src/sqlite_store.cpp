@@ -172,24 +172,14 @@ class SqliteStore final : public Store {
   // nothing.
   Status upgrade_to_reservation(bool& upgraded) {
     upgraded = false;
-    Stmt* st = nullptr;
-    if (Status s = prepare("has_reserved_column", st); !s) return s;
-    const int rc = sqlite3_step(st->get());
-    sqlite3_reset(st->get());
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
-    if (rc == SQLITE_ROW) return Status::ok();
+    if (Status s = schema_has("has_reserved_column", nullptr, out_bool_); !s || out_bool_) return s;
     upgraded = true;
     return exec(std::string(sqlite_embedded::sql_migrations_0002_reservation));
   }
 
   // Version 4's expand step, on a store whose accounts have no chain head.
   Status expand_posting_chain() {
-    Stmt* st = nullptr;
-    if (Status s = prepare("has_chain_columns", st); !s) return s;
-    const int rc = sqlite3_step(st->get());
-    sqlite3_reset(st->get());
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
-    if (rc == SQLITE_ROW) return Status::ok();
+    if (Status s = schema_has("has_chain_columns", nullptr, out_bool_); !s || out_bool_) return s;
     return exec(std::string(sqlite_embedded::sql_migrations_0004_posting_chain));
   }
 
@@ -1051,12 +1041,13 @@ class SqliteStore final : public Store {
     return Status::ok();
   }
 
-  Status has_table(const char* name, bool& out) { return has_object("has_table", name, out); }
-  Status has_index(const char* name, bool& out) { return has_object("has_index", name, out); }
-  Status has_object(std::string_view statement, const char* name, bool& out) {
+  Status has_table(const char* name, bool& out) { return schema_has("has_table", name, out); }
+  Status has_index(const char* name, bool& out) { return schema_has("has_index", name, out); }
+  // Whether the schema query `statement` (bound to `name`, if given) finds a row.
+  Status schema_has(std::string_view statement, const char* name, bool& out) {
     Stmt* st = nullptr;
     if (Status s = prepare(statement, st); !s) return s;
-    bind_arg(st, 1, std::string_view(name));
+    if (name != nullptr) bind_arg(st, 1, std::string_view(name));
     const int rc = sqlite3_step(st->get());
     sqlite3_reset(st->get());
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return error(rc, "read schema");
