@@ -2,6 +2,9 @@
 // Also what only this backend has: upgrading a file made by an older schema.
 #include <sqlite3.h>
 
+#include <chrono>
+#include <thread>
+
 #include "store_test.hpp"
 
 namespace sagapool::test {
@@ -155,6 +158,26 @@ TEST(SqliteStore, InitExpandsAVersionTwoFileAndContractRaisesItsFloor) {
   ASSERT_TRUE(t.has_value());
   EXPECT_EQ(t->schema_version, kSchemaVersion);
   EXPECT_FALSE(schema_runs(*t, 2));
+}
+
+// A worker that opens the file while another connection holds a lock on it
+// (two workers starting at once: one switching a fresh copy to WAL) waits for
+// the lock instead of failing at start.
+TEST(SqliteStore, OpeningWaitsForALockAnotherConnectionHolds) {
+  TempDir dir("sagapool-open-locked");
+  const std::string path = (dir.path() / "store.db").string();
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  exec(raw, "CREATE TABLE t (x); BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);");
+  std::thread release([raw] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    exec(raw, "COMMIT");
+  });
+  std::unique_ptr<Store> store;
+  const Status s = open_store("sqlite:" + path, store);
+  release.join();
+  sqlite3_close(raw);
+  EXPECT_TRUE(s.is_ok()) << s.message();
 }
 
 // Each posting links to its account's one before: the latest are read from

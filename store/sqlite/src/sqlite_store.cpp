@@ -46,14 +46,17 @@ class SqliteStore final : public Store {
   // 455 MiB of a worker's RSS in a 1,000,000-transfer run (634 MiB in all),
   // for no speed (17.4-18.1k transfers/s without it against 15.7-17.0k);
   // with two workers on one file each batch starts with a stale cache anyway.
+  // The busy handler comes first: switching a file to WAL takes an exclusive
+  // lock, and a second worker starting at the same moment would otherwise
+  // fail at once.
   Status configure() {
+    sqlite3_busy_handler(db_.get(), &SqliteStore::on_busy, const_cast<int*>(&kBusyLimitMs));
     for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
                                "PRAGMA foreign_keys=OFF", "PRAGMA temp_store=MEMORY",
                                "PRAGMA cache_size=-32768", "PRAGMA mmap_size=0",
                                "PRAGMA journal_size_limit=67108864"}) {
       if (Status s = exec(pragma); !s) return s;
     }
-    sqlite3_busy_handler(db_.get(), &SqliteStore::on_busy, const_cast<int*>(&kBusyLimitMs));
     sqlite3_wal_hook(db_.get(), &SqliteStore::on_wal_commit, this);  // replaces wal_autocheckpoint
     return Status::ok();
   }
