@@ -15,8 +15,10 @@ namespace {
 
 constexpr std::uintmax_t kMiB = 1024 * 1024;
 
-// Reads whole tables back to back, as scrapes, audits and progress queries
-// do, so that some reader is nearly always in the log.
+// Reads back to back, as scrapes, audits and progress queries do, so that
+// some reader is nearly always in the log. Each read is bounded: a count of
+// the whole postings table took longer as the test wrote, until under load
+// one outlasted the RESTART's 250 ms wait every time.
 class OverlappingReaders {
  public:
   explicit OverlappingReaders(const std::string& path) {
@@ -28,7 +30,9 @@ class OverlappingReaders {
         // Staggered, so that one is still reading when the other starts.
         std::this_thread::sleep_for(std::chrono::milliseconds(10 * i));
         while (!stop_) {
-          sqlite3_exec(db, "SELECT count(*), sum(balance) FROM accounts; SELECT count(*) FROM postings",
+          sqlite3_exec(db,
+                       "SELECT count(*), sum(balance) FROM accounts; "
+                       "SELECT count(*) FROM (SELECT 1 FROM postings LIMIT 20000)",
                        nullptr, nullptr, nullptr);
           reads_.fetch_add(1);
         }
