@@ -25,7 +25,7 @@ namespace {
 
 // The saga engine's points name its stages (the `stage` label of
 // saga_stage_duration_seconds); the worker's name its ingest boundaries.
-constexpr std::array<std::string_view, 21> kNames = {
+constexpr std::array<std::string_view, 22> kNames = {
     "after_insert",                           // worker: the batch's transfers inserted
     "before_claim",      "after_claim",       // initial -> pending
     "before_plan",       "after_plan",        // the batch's account snapshot
@@ -39,6 +39,7 @@ constexpr std::array<std::string_view, 21> kNames = {
     "before_store_offsets",                   // worker: a durable batch's offsets about to be stored
     "before_dead_letter",                     // worker: a dead letter about to be queued
     "after_recovery_claim",                   // worker: expired transfers claimed, not yet driven
+    "producer_in_flight",                     // worker: once a loop while its producer holds messages
 };
 // Points that are not next to a store call: `error` means nothing there.
 constexpr std::array<std::string_view, 2> kNoError = {"before_publish", "before_store_offsets"};
@@ -188,8 +189,8 @@ Status trigger(std::string_view prefix, std::string_view name) {
       spdlog::warn("fail point {}: resuming", point);
       return Status::ok();
     case Action::error:
-      spdlog::warn("fail point {}: injected store error", point);
-      return Status::retry_stage("fail point " + std::string(point) + ": injected store error");
+      spdlog::warn("fail point {}: injected error", point);
+      return Status::retry_stage("fail point " + std::string(point) + ": injected error");
     case Action::none:
       break;
   }

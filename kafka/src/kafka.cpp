@@ -229,6 +229,12 @@ Status KafkaProducer::fatal_error() const {
                        ": " + buf.data());
 }
 
+rd_kafka_resp_err_t KafkaProducer::fatal_code() const {
+  if (!rk_) return RD_KAFKA_RESP_ERR_NO_ERROR;
+  std::array<char, 8> unused{};
+  return rd_kafka_fatal_error(rk_.get(), unused.data(), unused.size());
+}
+
 Status KafkaProducer::produce(const std::string& topic, std::string_view key,
                               std::string_view value, std::span<const MessageHeader> headers,
                               void* opaque, rd_kafka_resp_err_t* err_out, std::int64_t timestamp_ms) {

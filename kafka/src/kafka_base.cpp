@@ -117,6 +117,19 @@ ErrorKind classify_kafka_error(rd_kafka_resp_err_t err, bool is_fatal,
   }
 }
 
+bool cured_by_new_producer(rd_kafka_resp_err_t fatal_err) noexcept {
+  switch (fatal_err) {
+    case RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER:
+    case RD_KAFKA_RESP_ERR_DUPLICATE_SEQUENCE_NUMBER:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID:
+    case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
+    case RD_KAFKA_RESP_ERR__INCONSISTENT:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool flush_producer(rd_kafka_t* rk, std::chrono::milliseconds timeout) {
   (void)rd_kafka_flush(rk, static_cast<int>(timeout.count()));
   return rd_kafka_outq_len(rk) == 0;

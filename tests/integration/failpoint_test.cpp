@@ -186,7 +186,7 @@ class FailpointTest : public ::testing::Test {
     Process w =
         start_worker("flaky", {"SAGA_FAILPOINTS=after_credit=2*error,before_finish=1*error,after_insert=1*error"});
     EXPECT_TRUE(wait_all_finished_and_published()) << read_file(dir_ / "flaky.log");
-    EXPECT_NE(read_file(dir_ / "flaky.log").find("fail point after_credit: injected store error"), std::string::npos);
+    EXPECT_NE(read_file(dir_ / "flaky.log").find("fail point after_credit: injected error"), std::string::npos);
     EXPECT_EQ(w.stop(20s), 0) << read_file(dir_ / "flaky.log");
     expect_exactly_once();
   }
@@ -262,6 +262,25 @@ TEST_F(FailpointTest, APausedWorkerIsFencedOutWhenItResumes) {
 }
 
 TEST_F(FailpointTest, InjectedStoreErrorsAreRecovered) { injected_store_errors_are_recovered(StoreKind::sqlite); }
+
+// librdkafka 2.0.2 raised OUT_OF_ORDER_SEQUENCE_NUMBER as a fatal error
+// after a leader change in a chaos run, and the worker stopped (exit 1).
+// Now it replaces its producer: what the old one held is published again.
+TEST_F(FailpointTest, AProducerWhoseSequenceBrokeIsReplaced) {
+  open_ledger(1);
+  produce_requests();
+  Process w = start_worker("renewed", {"SAGA_FAILPOINTS=producer_in_flight=3*error"});
+  EXPECT_TRUE(wait_all_finished_and_published()) << read_file(dir_ / "renewed.log");
+  const std::string log = read_file(dir_ / "renewed.log");
+  std::size_t replaced = 0;
+  for (std::size_t at = log.find("replacing the producer"); at != std::string::npos;
+       at = log.find("replacing the producer", at + 1)) {
+    ++replaced;
+  }
+  EXPECT_EQ(replaced, 3u) << log;
+  EXPECT_EQ(w.stop(20s), 0) << log;
+  expect_exactly_once();
+}
 
 TEST_F(FailpointTest, APausedWorkerIsFencedOutWhenItResumesOnMongoDB) {
   a_paused_worker_is_fenced_out_when_it_resumes(StoreKind::mongodb);

@@ -344,7 +344,7 @@ class SimOutput final : public MessageOutput {
   }
   int outq_len() const override { return static_cast<int>(queue_.size()); }
   void close(std::chrono::milliseconds) override { report(true); }
-  Status fatal_error() const override { return Status::ok(); }
+  Status keep_usable() override { return Status::ok(); }
 
   // The process died: what was in flight reached its topic or not.
   void crash() {

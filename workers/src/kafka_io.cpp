@@ -1,7 +1,10 @@
 #include "sagapool/kafka_io.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <thread>
 
+#include "sagapool/failpoints.hpp"
 #include "sagapool/worker.hpp"
 
 namespace sagapool {
@@ -64,12 +67,35 @@ Status KafkaRequestSource::seek(std::span<const PartitionOffset> offsets) {
 
 Status KafkaMessageOutput::create(const WorkerOptions& options, std::unique_ptr<MessageOutput>& out) {
   auto output = std::make_unique<KafkaMessageOutput>();
-  KafkaProducerOptions popts;
-  popts.brokers = options.brokers;
-  popts.kafka_opts = options.kafka_opts;
-  popts.client_id = options.worker_id;
-  if (Status s = KafkaProducer::create(popts, output.get(), output->producer_); !s) return s;
+  output->options_.brokers = options.brokers;
+  output->options_.kafka_opts = options.kafka_opts;
+  output->options_.client_id = options.worker_id;
+  if (Status s = KafkaProducer::create(output->options_, output.get(), output->producer_); !s) return s;
   out = std::move(output);
+  return Status::ok();
+}
+
+Status KafkaMessageOutput::keep_usable() {
+  if (producer_->outq_len() > 0) {
+    if (Status fp = SAGA_FAILPOINT("producer_in_flight"); !fp) {
+      (void)rd_kafka_test_fatal_error(producer_->handle(), RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                      "injected at fail point producer_in_flight");
+      (void)producer_->poll(std::chrono::milliseconds(0));  // serves the error event
+    }
+  }
+  if (!producer_->has_fatal_error()) return Status::ok();
+  Status why = producer_->fatal_error();
+  if (!cured_by_new_producer(producer_->fatal_code())) return why;
+  // Seen with librdkafka 2.0.2 when a partition's leader moved while a batch
+  // was retried. What the old producer holds is purged and reported failed:
+  // recovery publishes those outcomes again and dead letters are sent again
+  // (at least once, as always). Rare, so a line each time.
+  spdlog::error("{}; replacing the producer with a new one", why.message());
+  const int purged = producer_->close(std::chrono::milliseconds(0));
+  std::unique_ptr<KafkaProducer> fresh;
+  if (Status s = KafkaProducer::create(options_, this, fresh); !s) return s;  // the closed one stays
+  producer_ = std::move(fresh);
+  spdlog::warn("kafka producer replaced; {} message(s) it had not delivered will be sent again", purged);
   return Status::ok();
 }
 

@@ -83,7 +83,7 @@ Status Worker::step(const std::atomic<bool>& stop) {
     if (Status s = mark_notified(); !s) return s;  // otherwise done inside the next batch's transaction
   }
   if (Status s = store_ready_offsets(); !s) return s;
-  if (Status s = output_->fatal_error(); !s) return s;
+  if (Status s = output_->keep_usable(); !s) return s;
   if (!write_refused_.empty()) return Status::fatal(write_refused_);
   if (clock_.now() >= next_recovery_) {
     if (Status s = recover(); !s) return s;

@@ -114,6 +114,8 @@ class KafkaProducer {
   // the producer cannot continue.
   bool has_fatal_error() const noexcept { return fatal_.load(std::memory_order_relaxed); }
   Status fatal_error() const;
+  // librdkafka's code for that error; NO_ERROR while there is none.
+  rd_kafka_resp_err_t fatal_code() const;
 
   std::uint64_t delivered() const noexcept { return delivered_.load(std::memory_order_relaxed); }
   std::uint64_t failed() const noexcept { return failed_.load(std::memory_order_relaxed); }

@@ -72,6 +72,13 @@ using MetadataPtr = std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter>;
 ErrorKind classify_kafka_error(rd_kafka_resp_err_t err, bool is_fatal = false,
                                bool is_retriable = false) noexcept;
 
+// A fatal error of an idempotent producer that a new producer instance cures
+// (librdkafka: "the producer must be destroyed and re-created"): its
+// sequence or producer id went out of step with a broker, e.g. after a
+// leader change while a batch was being retried. Refusals by the ACLs and
+// an asked-for gapless guarantee are not: a new producer meets them again.
+bool cured_by_new_producer(rd_kafka_resp_err_t fatal_err) noexcept;
+
 // "<what>: <librdkafka's description> (<ERR_NAME>)" with the kind above; ok
 // for RD_KAFKA_RESP_ERR_NO_ERROR.
 Status kafka_status(rd_kafka_resp_err_t err, std::string_view what);

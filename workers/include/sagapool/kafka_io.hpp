@@ -42,14 +42,13 @@ class KafkaMessageOutput final : public MessageOutput, private DeliveryHandler {
   bool flush(std::chrono::milliseconds timeout) override { return producer_->flush(timeout); }
   int outq_len() const override { return producer_->outq_len(); }
   void close(std::chrono::milliseconds flush_timeout) override { producer_->close(flush_timeout); }
-  Status fatal_error() const override {
-    return producer_->has_fatal_error() ? producer_->fatal_error() : Status::ok();
-  }
+  Status keep_usable() override;
 
  private:
   void on_delivery(const rd_kafka_message_t& m) override;
 
   DeliveryListener* listener_ = nullptr;
+  KafkaProducerOptions options_;  // a replacement producer is made from these
   std::unique_ptr<KafkaProducer> producer_;  // last: its close serves the last reports
 };
 

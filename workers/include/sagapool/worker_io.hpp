@@ -101,8 +101,10 @@ class MessageOutput {
   virtual int outq_len() const = 0;
   // Flushes, then drops what is left (reported as failed).
   virtual void close(std::chrono::milliseconds flush_timeout) = 0;
-  // Ok while the output can go on.
-  virtual Status fatal_error() const = 0;
+  // Ok while the output can go on. Called once per loop: a producer whose
+  // idempotence state broke is replaced here, after what it had not
+  // delivered was reported failed (as by close); other fatal errors return.
+  virtual Status keep_usable() = 0;
 };
 
 class WorkerClock {
