@@ -279,6 +279,11 @@ TEST(KafkaErrors, MapOntoTheTaxonomy) {
   EXPECT_EQ(s.kind(), ErrorKind::retry_call);
   EXPECT_NE(s.message().find("_TRANSPORT"), std::string::npos) << s.message();
   EXPECT_TRUE(kafka_status(static_cast<const rd_kafka_error_t*>(nullptr), "x").is_ok());
+  // A new producer cures a broken sequence, not a refusal.
+  EXPECT_TRUE(cured_by_new_producer(RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER));
+  EXPECT_TRUE(cured_by_new_producer(RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID));
+  EXPECT_FALSE(cured_by_new_producer(RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED));
+  EXPECT_FALSE(cured_by_new_producer(RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE));
 }
 
 TEST(KafkaConf, BadKeyOrValueIsFatalAndNamesTheKey) {
