@@ -222,9 +222,10 @@ void KafkaProducer::error_cb(rd_kafka_t* rk, int err, const char* reason, void* 
 }
 
 Status KafkaProducer::fatal_error() const {
-  if (!rk_ || !has_fatal_error()) return Status::ok();
+  if (!rk_) return Status::ok();
   std::array<char, 512> buf{};
   const rd_kafka_resp_err_t err = rd_kafka_fatal_error(rk_.get(), buf.data(), buf.size());
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return Status::ok();
   return Status::fatal(std::string("kafka producer fatal error ") + rd_kafka_err2name(err) +
                        ": " + buf.data());
 }

@@ -75,17 +75,35 @@ Status KafkaMessageOutput::create(const WorkerOptions& options, std::unique_ptr<
   return Status::ok();
 }
 
-Status KafkaMessageOutput::keep_usable() {
-  if (producer_->outq_len() > 0) {
-    if (Status fp = SAGA_FAILPOINT("producer_in_flight"); !fp) {
-      (void)rd_kafka_test_fatal_error(producer_->handle(), RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
-                                      "injected at fail point producer_in_flight");
-      (void)producer_->poll(std::chrono::milliseconds(0));  // serves the error event
-    }
+// librdkafka refuses every produce once it has raised a fatal error, even
+// before the worker's loop hears of it: one that a new producer cures is
+// not the worker's end. A dead letter refused so is sent again (as when
+// the queue stays full), an outcome is published again by recovery.
+Status KafkaMessageOutput::produce(const std::string& topic, std::string_view key, std::string_view value,
+                                   std::span<const MessageHeader> headers, void* opaque,
+                                   rd_kafka_resp_err_t* err, std::int64_t timestamp_ms) {
+  Status s = producer_->produce(topic, key, value, headers, opaque, err, timestamp_ms);
+  if (!s && s.kind() == ErrorKind::fatal && cured_by_new_producer(producer_->fatal_code())) {
+    return Status::retry_call(s.message() + "; the producer is about to be replaced");
   }
-  if (!producer_->has_fatal_error()) return Status::ok();
+  return s;
+}
+
+Status KafkaMessageOutput::keep_usable() {
+  const rd_kafka_resp_err_t fatal = producer_->fatal_code();
+  if (fatal == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    // Raised here and found by the next loop, after it produced into the
+    // broken producer, as a real one is.
+    if (producer_->outq_len() > 0) {
+      if (Status fp = SAGA_FAILPOINT("producer_in_flight"); !fp) {
+        (void)rd_kafka_test_fatal_error(producer_->handle(), RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                        "injected at fail point producer_in_flight");
+      }
+    }
+    return Status::ok();
+  }
   Status why = producer_->fatal_error();
-  if (!cured_by_new_producer(producer_->fatal_code())) return why;
+  if (!cured_by_new_producer(fatal)) return why;
   // Seen with librdkafka 2.0.2 when a partition's leader moved while a batch
   // was retried. What the old producer holds is purged and reported failed:
   // recovery publishes those outcomes again and dead letters are sent again

@@ -113,9 +113,10 @@ class KafkaProducer {
   // A fatal librdkafka error was raised (e.g. idempotence sequence broken);
   // the producer cannot continue.
   bool has_fatal_error() const noexcept { return fatal_.load(std::memory_order_relaxed); }
+  // The error itself, asked of librdkafka (raised even before the error
+  // callback ran); ok while there is none.
   Status fatal_error() const;
-  // librdkafka's code for that error; NO_ERROR while there is none.
-  rd_kafka_resp_err_t fatal_code() const;
+  rd_kafka_resp_err_t fatal_code() const;  // NO_ERROR while there is none
 
   std::uint64_t delivered() const noexcept { return delivered_.load(std::memory_order_relaxed); }
   std::uint64_t failed() const noexcept { return failed_.load(std::memory_order_relaxed); }

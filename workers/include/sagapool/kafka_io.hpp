@@ -35,9 +35,7 @@ class KafkaMessageOutput final : public MessageOutput, private DeliveryHandler {
   void set_listener(DeliveryListener* listener) override { listener_ = listener; }
   Status produce(const std::string& topic, std::string_view key, std::string_view value,
                  std::span<const MessageHeader> headers, void* opaque, rd_kafka_resp_err_t* err,
-                 std::int64_t timestamp_ms) override {
-    return producer_->produce(topic, key, value, headers, opaque, err, timestamp_ms);
-  }
+                 std::int64_t timestamp_ms) override;
   int poll(std::chrono::milliseconds timeout) override { return producer_->poll(timeout); }
   bool flush(std::chrono::milliseconds timeout) override { return producer_->flush(timeout); }
   int outq_len() const override { return producer_->outq_len(); }
