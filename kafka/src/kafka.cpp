@@ -57,24 +57,19 @@ void log_cb(const rd_kafka_t* rk, int level, const char* fac, const char* buf) {
   spdlog::log(lvl, "librdkafka {} {}: {}", rd_kafka_name(rk), fac, buf);
 }
 
-// Shared by every handle's error callback; returns true for a fatal error.
-bool log_kafka_error(rd_kafka_t* rk, int err_code, const char* reason) {
+// Every handle's error callback.
+void error_cb(rd_kafka_t* rk, int err_code, const char* reason, void* /*opaque*/) {
   const auto err = static_cast<rd_kafka_resp_err_t>(err_code);
   if (err == RD_KAFKA_RESP_ERR__FATAL) {
     std::array<char, 512> buf{};
     const rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf.data(), buf.size());
     spdlog::error("kafka {}: FATAL error {}: {}", rd_kafka_name(rk), rd_kafka_err2name(orig),
                   buf.data());
-    return true;
+    return;
   }
   // All-brokers-down and transport errors are expected during broker
   // restarts; librdkafka keeps retrying, so they are warnings.
   spdlog::warn("kafka {}: {} ({})", rd_kafka_name(rk), reason, rd_kafka_err2name(err));
-  return false;
-}
-
-void error_cb(rd_kafka_t* rk, int err, const char* reason, void* /*opaque*/) {
-  (void)log_kafka_error(rk, err, reason);
 }
 
 }  // namespace
@@ -188,7 +183,6 @@ Status KafkaProducer::create(const KafkaProducerOptions& options, DeliveryHandle
   // it lives behind a unique_ptr from here on.
   std::unique_ptr<KafkaProducer> p(new KafkaProducer(handler, options));
   install_log_callbacks(*conf);
-  rd_kafka_conf_set_error_cb(conf.get(), &KafkaProducer::error_cb);
   rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaProducer::dr_msg_cb);
   rd_kafka_conf_set_opaque(conf.get(), p.get());
 
@@ -215,12 +209,6 @@ void KafkaProducer::dr_msg_cb(rd_kafka_t* /*rk*/, const rd_kafka_message_t* m, v
   if (self->handler_ != nullptr) self->handler_->on_delivery(*m);
 }
 
-void KafkaProducer::error_cb(rd_kafka_t* rk, int err, const char* reason, void* opaque) {
-  if (log_kafka_error(rk, err, reason)) {
-    static_cast<KafkaProducer*>(opaque)->fatal_.store(true, std::memory_order_relaxed);
-  }
-}
-
 Status KafkaProducer::fatal_error() const {
   if (!rk_) return Status::ok();
   std::array<char, 512> buf{};
@@ -240,7 +228,6 @@ Status KafkaProducer::produce(const std::string& topic, std::string_view key,
                               std::string_view value, std::span<const MessageHeader> headers,
                               void* opaque, rd_kafka_resp_err_t* err_out, std::int64_t timestamp_ms) {
   if (!rk_) return Status::fatal("kafka produce: the producer is closed");
-  if (has_fatal_error()) return fatal_error();
   return produce_with_backpressure(rk_.get(), queue_full_wait_, topic, [&](rd_kafka_resp_err_t& err) {
     Status s = produce_copy(rk_.get(), topic, key, value, headers.data(), headers.size(), opaque, timestamp_ms,
                             err);

@@ -110,11 +110,9 @@ class KafkaProducer {
   // is a fatal Status.
   int close(std::chrono::milliseconds flush_timeout);
 
-  // A fatal librdkafka error was raised (e.g. idempotence sequence broken);
-  // the producer cannot continue.
-  bool has_fatal_error() const noexcept { return fatal_.load(std::memory_order_relaxed); }
-  // The error itself, asked of librdkafka (raised even before the error
-  // callback ran); ok while there is none.
+  // A fatal librdkafka error (e.g. idempotence sequence broken), asked of
+  // librdkafka: the producer cannot continue, and produce() refuses every
+  // message with it. Ok while there is none.
   Status fatal_error() const;
   rd_kafka_resp_err_t fatal_code() const;  // NO_ERROR while there is none
 
@@ -126,12 +124,10 @@ class KafkaProducer {
  private:
   KafkaProducer(DeliveryHandler* handler, const KafkaProducerOptions& options);
   static void dr_msg_cb(rd_kafka_t* rk, const rd_kafka_message_t* m, void* opaque);
-  static void error_cb(rd_kafka_t* rk, int err, const char* reason, void* opaque);
 
   DeliveryHandler* handler_;
   std::chrono::milliseconds queue_full_wait_;
   std::chrono::milliseconds close_flush_timeout_;
-  std::atomic<bool> fatal_{false};
   std::atomic<std::uint64_t> delivered_{0};
   std::atomic<std::uint64_t> failed_{0};
   KafkaHandle rk_;  // last member: destroyed first, while the rest is alive
