@@ -22,7 +22,7 @@ MOCK_TRANSFERS_MAX = 150_000  # saga-broker's retention: see Bench.mock_n
 # load (saga-worker's --batch-size default, workers/include/sagapool/worker.hpp),
 # and as many as a worker may (its --batch-size limit, workers/src/main.cpp);
 # bench/tests/test_options.py checks both against the worker's source.
-WORKER_BATCH = 2000
+WORKER_BATCH = 5000
 FLOOR_BATCH_MAX = 10_000
 
 # Seconds the bench may take (the build comes on top); past a phase's share,

@@ -81,7 +81,7 @@ class Render(unittest.TestCase):
                                   "**met** |")
         self.assertEqual(rows[3], "| c/b ≥ 8 (sagapool on PostgreSQL vs the naive recipe) | uniform 8.00, "
                                   "Zipf 11.25 | **met** |")
-        self.assertTrue(rows[4].endswith("uniform 52,000, Zipf 51,000; the floor (f) at 2,000 per commit: "
+        self.assertTrue(rows[4].endswith("uniform 52,000, Zipf 51,000; the floor (f) at 5,000 per commit: "
                                          "uniform 30,000, Zipf 40,000; at 10,000: "
                                          "uniform 48,000, Zipf 60,000 | **met** |"))
         self.assertTrue(rows[5].endswith("uniform 1.75, Zipf 2.17 | **missed** |"))
@@ -114,12 +114,12 @@ class Render(unittest.TestCase):
         self.assertTrue(rows[8].startswith(
             "| (c) sagapool on PostgreSQL, 2 workers, real Kafka | uniform | 7,000 |"))
         self.assertTrue(rows[14].startswith("| (e) sagapool on SQLite, 1 worker, real Kafka | zipf | 20,000 |"))
-        self.assertEqual(rows[17], "| (f) the SQLite floor: bare SQL, a finished transfer's rows, 2,000 per commit "
+        self.assertEqual(rows[17], "| (f) the SQLite floor: bare SQL, a finished transfer's rows, 5,000 per commit "
                                    "| uniform | 30,000 | – ms | – ms | 0.020 | – |")
         self.assertTrue(rows[20].startswith("| (f) the SQLite floor: bare SQL, a finished transfer's rows, 10,000 per "
                                             "commit | zipf | 60,000 |"))
         self.assertEqual(rows[22], "| (f) the same rows as schema version 3 wrote them (indexed by account and "
-                                   "time), 2,000 per commit | zipf | 13,000 | – ms | – ms | 0.020 | – |")
+                                   "time), 5,000 per commit | zipf | 13,000 | – ms | – ms | 0.020 | – |")
         self.assertEqual(rows[23], "| (c) at half load: 4,500/s offered for 20 s; latency after its first 2 s "
                                    "| zipf | 4,400 | 59 ms | 109 ms | 0.317 | 21 MiB |")
 
@@ -182,10 +182,10 @@ class Chart(unittest.TestCase):
         self.assertIn('"c: zipf" 9000 3', lines)
         self.assertIn('"d: uniform, Kafka" 49000 4', lines)
         self.assertEqual(lines[-9:-6], ['"e: 1 worker" 20000 5', '"e: 2 workers" 51000 5', '"e: 4 workers" 19000 5'])
-        self.assertEqual(lines[-6:], ['"f: uniform, 2k/commit" 30000 6', '"f: zipf, 2k/commit" 40000 6',
+        self.assertEqual(lines[-6:], ['"f: uniform, 5k/commit" 30000 6', '"f: zipf, 5k/commit" 40000 6',
                                       '"f: uniform, 10k/commit" 48000 6', '"f: zipf, 10k/commit" 60000 6',
-                                      '"f: uniform, 2k/commit, schema 3" 12000 6',
-                                      '"f: zipf, 2k/commit, schema 3" 13000 6'])
+                                      '"f: uniform, 5k/commit, schema 3" 12000 6',
+                                      '"f: zipf, 5k/commit, schema 3" 13000 6'])
 
 
 class Formats(unittest.TestCase):

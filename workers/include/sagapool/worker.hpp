@@ -29,7 +29,7 @@ struct WorkerOptions {
   std::string dlq_topic = "transfers.dlq";
   std::vector<KeyValue> kafka_opts;
   std::int64_t lease_ms = 30'000;
-  std::size_t batch_size = 2000;
+  std::size_t batch_size = 5000;
   std::chrono::milliseconds recovery_interval{1000};
   std::chrono::milliseconds drain_timeout{20'000};
 };
