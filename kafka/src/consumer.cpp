@@ -210,6 +210,12 @@ Status Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
   return Status::ok();
 }
 
+std::size_t Consumer::prefetched() const noexcept {
+  std::size_t n = 0;
+  for (const Partition& p : partitions_) n += (p.next ? 1 : 0) + (p.queue ? rd_kafka_queue_length(p.queue.get()) : 0);
+  return n;
+}
+
 Status Consumer::store_offsets(rd_kafka_topic_partition_list_t& offsets) {
   if (offsets.cnt == 0) return Status::ok();
   const rd_kafka_resp_err_t err = rd_kafka_offsets_store(rk_.get(), &offsets);

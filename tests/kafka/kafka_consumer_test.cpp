@@ -48,13 +48,16 @@ void produce_backlog(const std::string& bootstrap, const std::string& topic) {
   rd_kafka_destroy(rk);
 }
 
-// Polls for `duration` taking nothing, so that librdkafka fetches what the
-// partitions hold before the order is looked at.
-void prefetch(Consumer& consumer, std::chrono::milliseconds duration) {
+// Polls, taking nothing, until librdkafka has fetched the `n` messages the
+// partitions hold beyond what was taken, so that the order is not looked at
+// while a partition's queue is still empty.
+void prefetch(Consumer& consumer, std::size_t n) {
   std::vector<MessagePtr> none;
-  for (const auto until = std::chrono::steady_clock::now() + duration; std::chrono::steady_clock::now() < until;) {
+  for (const auto until = std::chrono::steady_clock::now() + 60s;
+       consumer.prefetched() < n && std::chrono::steady_clock::now() < until;) {
     ASSERT_TRUE(consumer.poll_batch(0, 50ms, none).is_ok());
   }
+  ASSERT_EQ(consumer.prefetched(), n);
 }
 
 // The values of the next `n` messages, in batches of at most 64.
@@ -89,10 +92,11 @@ TEST(KafkaConsumer, TakesABacklogOldestFirstAcrossPartitions) {
   ASSERT_TRUE(created.is_ok()) << created.message();
   for (const auto until = std::chrono::steady_clock::now() + 30s;
        consumer->assigned_partitions() < kPartitions && std::chrono::steady_clock::now() < until;) {
-    prefetch(*consumer, 100ms);
+    std::vector<MessagePtr> none;
+    ASSERT_TRUE(consumer->poll_batch(0, 50ms, none).is_ok());
   }
   ASSERT_EQ(consumer->assigned_partitions(), kPartitions);
-  prefetch(*consumer, 2s);
+  prefetch(*consumer, kMessages);
   EXPECT_EQ(take(*consumer, 500), iota(0, 500));
 
   // Back to the start of every partition: what the consumer held of each
@@ -101,7 +105,7 @@ TEST(KafkaConsumer, TakesABacklogOldestFirstAcrossPartitions) {
   for (int p = 0; p < kPartitions; ++p) rd_kafka_topic_partition_list_add(start.get(), topic.c_str(), p)->offset = 0;
   const Status sought = consumer->seek(*start);
   ASSERT_TRUE(sought.is_ok()) << sought.message();
-  prefetch(*consumer, 2s);
+  prefetch(*consumer, kMessages);
   EXPECT_EQ(take(*consumer, kMessages), iota(0, kMessages));
   consumer->close();
 }

@@ -67,6 +67,9 @@ class Consumer {
 
   // Partitions currently assigned to this member.
   int assigned_partitions() const noexcept { return static_cast<int>(partitions_.size()); }
+  // Messages fetched into the assigned partitions' queues and not yet taken
+  // (a message fetched before a seek counts until a poll drops it).
+  std::size_t prefetched() const noexcept;
 
   // Leaves the group, committing stored offsets. Idempotent.
   void close();
