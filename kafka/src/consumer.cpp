@@ -156,12 +156,14 @@ Status Consumer::check(const rd_kafka_message_t& m) const {
   return Status::ok();
 }
 
-Status Consumer::serve_events(int wait_ms, std::vector<MessagePtr>& out) {
+Status Consumer::serve_events(int wait_ms, std::size_t max, std::vector<MessagePtr>& out) {
   for (;; wait_ms = 0) {
     MessagePtr m(rd_kafka_consume_queue(queue_.get(), wait_ms));
     if (!m) return Status::ok();
     if (Status s = check(*m); !s) return s;
-    if (!m->err) out.push_back(std::move(m));
+    if (m->err) continue;
+    out.push_back(std::move(m));
+    if (out.size() >= max) return Status::ok();
   }
 }
 
@@ -186,14 +188,14 @@ Status Consumer::take_next(Partition& p) {
 Status Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
                             std::vector<MessagePtr>& out) {
   out.clear();
-  if (Status s = serve_events(0, out); !s) return s;
+  if (Status s = serve_events(0, max, out); !s) return s;
   bool any = !out.empty();
   for (Partition& p : partitions_) {
     if (Status s = take_next(p); !s) return s;
     any |= p.next != nullptr;
   }
   if (!any) {  // wait on the consumer queue: a rebalance or an error wakes it
-    if (Status s = serve_events(static_cast<int>(timeout.count()), out); !s) return s;
+    if (Status s = serve_events(static_cast<int>(timeout.count()), max, out); !s) return s;
     for (Partition& p : partitions_) {
       if (Status s = take_next(p); !s) return s;
     }

@@ -54,9 +54,9 @@ class Consumer {
   Consumer& operator=(const Consumer&) = delete;
 
   // Fills `out` with up to `max` messages, oldest first (waiting at most
-  // `timeout` for the first). Error events are logged and not returned, except a refusal by
-  // the brokers' ACLs (no Read on the topic or the group): fatal, as no
-  // retry can help. The caller owns the messages.
+  // `timeout` for the first). Error events are logged and not returned,
+  // except a refusal by the brokers' ACLs (no Read on the topic or the
+  // group): fatal, as no retry can help. The caller owns the messages.
   Status poll_batch(std::size_t max, std::chrono::milliseconds timeout, std::vector<MessagePtr>& out);
 
   // Stores them, to be committed by auto-commit (or on close).
@@ -96,8 +96,9 @@ class Consumer {
   void on_assigned(rd_kafka_t* rk, const rd_kafka_topic_partition_list_t& partitions);
   void on_revoked(const rd_kafka_topic_partition_list_t* partitions);  // nullptr: all
   // Serves the consumer queue (rebalances, errors, statistics) for up to
-  // `wait_ms`; a message found there (none is expected) goes to `out`.
-  Status serve_events(int wait_ms, std::vector<MessagePtr>& out);
+  // `wait_ms`. A message found there (only a partition without a queue of
+  // its own sends any) goes to `out`, until `out` holds `max`.
+  Status serve_events(int wait_ms, std::size_t max, std::vector<MessagePtr>& out);
   // Takes p's next message from its queue, if one is there.
   Status take_next(Partition& p);
   Status check(const rd_kafka_message_t& m) const;  // fatal for an ACL refusal
