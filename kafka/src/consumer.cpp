@@ -188,17 +188,16 @@ Status Consumer::take_next(Partition& p) {
 Status Consumer::poll_batch(std::size_t max, std::chrono::milliseconds timeout,
                             std::vector<MessagePtr>& out) {
   out.clear();
-  if (Status s = serve_events(0, max, out); !s) return s;
-  bool any = !out.empty();
-  for (Partition& p : partitions_) {
-    if (Status s = take_next(p); !s) return s;
-    any |= p.next != nullptr;
-  }
-  if (!any) {  // wait on the consumer queue: a rebalance or an error wakes it
-    if (Status s = serve_events(static_cast<int>(timeout.count()), max, out); !s) return s;
+  // With nothing at hand, the second round waits on the consumer queue (a
+  // rebalance or an error wakes it), then looks at the partitions again.
+  for (int wait_ms : {0, static_cast<int>(timeout.count())}) {
+    if (Status s = serve_events(wait_ms, max, out); !s) return s;
+    bool any = !out.empty();
     for (Partition& p : partitions_) {
       if (Status s = take_next(p); !s) return s;
+      any |= p.next != nullptr;
     }
+    if (any) break;
   }
   while (out.size() < max) {
     Partition* oldest = nullptr;
