@@ -146,8 +146,12 @@ END $$;
 -- yet"). Transaction-scoped advisory locks on 256 buckets of the id's hash:
 -- a batch holds at most 256 of them whatever its size (the lock table is
 -- small), and only batches naming a missing account, or creating accounts,
--- take any. Taken in bucket order and before any row lock, so lockers
--- never wait on each other in a cycle.
+-- take any. Legs take them in bucket order after the rows of the ids that
+-- have one, and lock the rows of ids created meanwhile NOWAIT (a conflict
+-- fails the call, which is retried): a call holding buckets never waits for
+-- a row, and rows are locked in id order, so no two calls wait on each
+-- other in a cycle. (One that spans calls is broken by the server's
+-- deadlock check, and that call retried too.)
 CREATE OR REPLACE FUNCTION saga_lock_account_ids(p_id text[]) RETURNS void
   LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -158,22 +162,37 @@ BEGIN
   END LOOP;
 END $$;
 
--- The ids in p_id that have no account row: what saga_lock_account_ids guards.
-CREATE OR REPLACE FUNCTION saga_missing_accounts(p_id text[]) RETURNS text[]
-  LANGUAGE sql STABLE AS $$
-  SELECT coalesce(array_agg(DISTINCT u.id), '{}') FROM unnest(p_id) AS u(id)
-    WHERE NOT EXISTS (SELECT 1 FROM saga_accounts a WHERE a.id = u.id)
-$$;
-
 -- The planning read of a batch transaction: the batch's accounts, locked in
 -- one order (the legs that follow lock subsets of them, so two batches never
--- wait on each other's accounts in opposite orders), after the buckets of
--- the ids that have no row.
+-- wait on each other's accounts in opposite orders); then, only if some id
+-- had no row, the buckets of those ids, and the rows of any of them created
+-- before the buckets were granted (a new statement, so a new snapshot).
+-- Rows first: the common batch, every account there, pays one index pass,
+-- not a second one to look for missing ids before it locks.
+-- Custom plans: with p_id a constant the server hashes the `= ANY` list. A
+-- row another batch changed while this one waited for its lock is checked
+-- against the list again (READ COMMITTED), and a generic plan walks all of
+-- it each time: under uniform load this read then cost more than the legs
+-- (bench/REPORT.md, "The planning read").
 CREATE OR REPLACE FUNCTION saga_load_accounts_locked(p_id text[]) RETURNS SETOF saga_accounts
-  LANGUAGE plpgsql VOLATILE AS $$
+  LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+  v_rows saga_accounts[];
+  v_missing text[];
 BEGIN
-  PERFORM saga_lock_account_ids(saga_missing_accounts(p_id));
-  RETURN QUERY SELECT * FROM saga_accounts WHERE id = ANY (p_id) ORDER BY id FOR UPDATE;
+  SELECT coalesce(array_agg(a), '{}') INTO v_rows
+    FROM (SELECT * FROM saga_accounts WHERE id = ANY (p_id) ORDER BY id FOR UPDATE) a;
+  RETURN QUERY SELECT * FROM unnest(v_rows);
+  -- Rows are unique: as many as ids means every id has one.
+  IF cardinality(v_rows) < cardinality(p_id) THEN
+    v_missing := ARRAY(SELECT u.id FROM unnest(p_id) AS u(id)
+                       EXCEPT SELECT r.id FROM unnest(v_rows) AS r);
+    IF cardinality(v_missing) > 0 THEN
+      PERFORM saga_lock_account_ids(v_missing);
+      RETURN QUERY SELECT * FROM saga_accounts WHERE id = ANY (v_missing)
+        ORDER BY id FOR UPDATE NOWAIT;
+    END IF;
+  END IF;
 END $$;
 
 -- One row per leg, in input order: (status, reason, account currency).
@@ -271,6 +290,7 @@ DECLARE
   v_scoped boolean := coalesce(current_setting('saga.scope', true), '') = 'on';
   q_real boolean[];
   v_real_dropped boolean := false;
+  v_missing text[];
 BEGIN
   IF v_n = 0 THEN
     RETURN;
@@ -278,23 +298,40 @@ BEGIN
   IF to_regclass('pg_temp.saga_scope_pending') IS NULL THEN
     PERFORM saga_create_scope_pending();
   END IF;
-  -- Ids with no row: their buckets first. The next statement's snapshot then
-  -- sees any account created before the lock was granted.
-  PERFORM saga_lock_account_ids(saga_missing_accounts(p_account));
-  SELECT array_agg(a.id ORDER BY a.id), array_agg(a.balance ORDER BY a.id),
-      array_agg(a.min_balance ORDER BY a.id), array_agg(a.currency ORDER BY a.id),
-      array_agg(a.locked ORDER BY a.id), array_agg(a.reserved ORDER BY a.id)
+  -- The accounts, locked in id order. The arrays are filled in one pass over
+  -- the same rows, so slot k is one account in each of them (slots need no
+  -- order of their own); one sort, not one per array.
+  SELECT array_agg(a.id), array_agg(a.balance), array_agg(a.min_balance),
+      array_agg(a.currency), array_agg(a.locked), array_agg(a.reserved)
     INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
     FROM (SELECT * FROM saga_accounts WHERE id IN (SELECT unnest(p_account))
             ORDER BY id FOR UPDATE) a;
-  a_bal0 := a_bal;
-  a_res0 := a_res;
   -- A pair is named by its first leg: pair slots are leg positions.
   SELECT array_agg(s.k ORDER BY u.n), array_agg(u.first ORDER BY u.n)
     INTO l_acc, l_pair
     FROM (SELECT x.n, x.acc, min(x.n) OVER (PARTITION BY x.tr, x.acc)::integer AS first
             FROM unnest(p_transfer, p_account) WITH ORDINALITY AS x(tr, acc, n)) u
     LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
+  -- Ids with no row (rare): their buckets, then the rows of any created
+  -- before the buckets were granted (a new statement sees them), locked and
+  -- added to the slots. The buckets are held to the end of the transaction,
+  -- so an id still without a row gets none before it ends.
+  IF array_position(l_acc, NULL) IS NOT NULL THEN
+    v_missing := ARRAY(SELECT DISTINCT p_account[i] FROM generate_subscripts(l_acc, 1) AS i
+                       WHERE l_acc[i] IS NULL);
+    PERFORM saga_lock_account_ids(v_missing);
+    SELECT a_id || array_agg(a.id), a_bal || array_agg(a.balance),
+        a_min || array_agg(a.min_balance), a_cur || array_agg(a.currency),
+        a_locked || array_agg(a.locked), a_res || array_agg(a.reserved)
+      INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
+      FROM (SELECT * FROM saga_accounts WHERE id = ANY (v_missing)
+              ORDER BY id FOR UPDATE NOWAIT) a;
+    SELECT array_agg(s.k ORDER BY u.n) INTO l_acc
+      FROM unnest(p_account) WITH ORDINALITY AS u(acc, n)
+      LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
+  END IF;
+  a_bal0 := a_bal;
+  a_res0 := a_res;
   -- What the journal and the voids hold for each pair, one index range of
   -- each per pair; a pair only released needs neither. Of the pending list
   -- only what each pair's entry reserves is read (a release or a reversal
@@ -311,11 +348,12 @@ BEGIN
       q_need[q] := true;
     END IF;
   END LOOP;
-  SELECT array_agg(x.debit ORDER BY x.n), array_agg(coalesce(x.credit, false) ORDER BY x.n),
-      array_agg(coalesce(x.rev, false) ORDER BY x.n),
-      array_agg(coalesce(x.vdebit, false) ORDER BY x.n),
-      array_agg(coalesce(x.vcredit, false) ORDER BY x.n), array_agg(x.held ORDER BY x.n),
-      array_agg(x.is_real ORDER BY x.n)
+  -- One sort, not one per array: ordered by n in the subquery, which the
+  -- server never flattens (it has ORDER BY) and never runs in parallel (it
+  -- reads a temporary table), so the aggregates read its rows in that order.
+  SELECT array_agg(x.debit), array_agg(coalesce(x.credit, false)),
+      array_agg(coalesce(x.rev, false)), array_agg(coalesce(x.vdebit, false)),
+      array_agg(coalesce(x.vcredit, false)), array_agg(x.held), array_agg(x.is_real)
     INTO q_debit, q_credit, q_rev, q_vdebit, q_vcredit, q_held, q_real
     FROM (SELECT y.n, j.debit, j.credit, j.rev, v.vdebit, v.vcredit,
               coalesce(t.reserved, e.reserved) AS held, e.account_id IS NOT NULL AS is_real
@@ -331,7 +369,8 @@ BEGIN
             LEFT JOIN LATERAL (
               SELECT bool_or(w.kind = 'debit') AS vdebit, bool_or(w.kind = 'credit') AS vcredit
                 FROM saga_leg_voids w
-                WHERE y.need AND w.transfer_id = y.tr AND w.account_id = y.acc) v ON true) x;
+                WHERE y.need AND w.transfer_id = y.tr AND w.account_id = y.acc) v ON true
+            ORDER BY y.n) x;
   q_vdebit0 := q_vdebit;
   q_vcredit0 := q_vcredit;
   q_pend := array_fill(NULL::boolean, ARRAY[v_n]);
