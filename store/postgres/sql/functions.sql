@@ -162,26 +162,32 @@ BEGIN
   END LOOP;
 END $$;
 
--- The planning read of a batch transaction: the batch's accounts, locked in
--- one order (the legs that follow lock subsets of them, so two batches never
--- wait on each other's accounts in opposite orders); then, only if some id
--- had no row, the buckets of those ids, and the rows of any of them created
--- before the buckets were granted (a new statement, so a new snapshot).
--- Rows first: the common batch, every account there, pays one index pass,
--- not a second one to look for missing ids before it locks.
+-- The accounts of p_id that have a row, locked in id order (so two callers
+-- never wait on each other's accounts in opposite orders).
 -- Custom plans: with p_id a constant the server hashes the `= ANY` list. A
--- row another batch changed while this one waited for its lock is checked
--- against the list again (READ COMMITTED), and a generic plan walks all of
--- it each time: under uniform load this read then cost more than the legs
--- (bench/REPORT.md, "The planning read").
-CREATE OR REPLACE FUNCTION saga_load_accounts_locked(p_id text[]) RETURNS SETOF saga_accounts
+-- row another transaction changed while this one waited for its lock is
+-- checked against the list again (READ COMMITTED), and a generic plan walks
+-- all of it each time: under uniform load the planning read then cost more
+-- than the legs (bench/REPORT.md, "The planning read").
+CREATE OR REPLACE FUNCTION saga_accounts_locked(p_id text[]) RETURNS SETOF saga_accounts
   LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
+BEGIN
+  RETURN QUERY SELECT * FROM saga_accounts WHERE id = ANY (p_id) ORDER BY id FOR UPDATE;
+END $$;
+
+-- The planning read of a batch transaction: the batch's accounts, locked
+-- (the legs that follow lock subsets of them); then, only if some id had no
+-- row, the buckets of those ids, and the rows of any of them created before
+-- the buckets were granted (a new statement, so a new snapshot). Rows
+-- first: the common batch, every account there, pays one index pass, not a
+-- second one to look for missing ids before it locks.
+CREATE OR REPLACE FUNCTION saga_load_accounts_locked(p_id text[]) RETURNS SETOF saga_accounts
+  LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_rows saga_accounts[];
   v_missing text[];
 BEGIN
-  SELECT coalesce(array_agg(a), '{}') INTO v_rows
-    FROM (SELECT * FROM saga_accounts WHERE id = ANY (p_id) ORDER BY id FOR UPDATE) a;
+  SELECT coalesce(array_agg(a), '{}') INTO v_rows FROM saga_accounts_locked(p_id) AS a;
   RETURN QUERY SELECT * FROM unnest(v_rows);
   -- Rows are unique: as many as ids means every id has one.
   IF cardinality(v_rows) < cardinality(p_id) THEN
@@ -298,14 +304,13 @@ BEGIN
   IF to_regclass('pg_temp.saga_scope_pending') IS NULL THEN
     PERFORM saga_create_scope_pending();
   END IF;
-  -- The accounts, locked in id order. The arrays are filled in one pass over
-  -- the same rows, so slot k is one account in each of them (slots need no
-  -- order of their own); one sort, not one per array.
+  -- The accounts, locked. The arrays are filled in one pass over the same
+  -- rows, so slot k is one account in each of them (slots need no order of
+  -- their own); one sort, not one per array.
   SELECT array_agg(a.id), array_agg(a.balance), array_agg(a.min_balance),
       array_agg(a.currency), array_agg(a.locked), array_agg(a.reserved)
     INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
-    FROM (SELECT * FROM saga_accounts WHERE id IN (SELECT unnest(p_account))
-            ORDER BY id FOR UPDATE) a;
+    FROM saga_accounts_locked(p_account) AS a;
   -- A pair is named by its first leg: pair slots are leg positions.
   SELECT array_agg(s.k ORDER BY u.n), array_agg(u.first ORDER BY u.n)
     INTO l_acc, l_pair
