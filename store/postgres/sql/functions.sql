@@ -146,12 +146,8 @@ END $$;
 -- yet"). Transaction-scoped advisory locks on 256 buckets of the id's hash:
 -- a batch holds at most 256 of them whatever its size (the lock table is
 -- small), and only batches naming a missing account, or creating accounts,
--- take any. Legs take them in bucket order after the rows of the ids that
--- have one, and lock the rows of ids created meanwhile NOWAIT (a conflict
--- fails the call, which is retried): a call holding buckets never waits for
--- a row, and rows are locked in id order, so no two calls wait on each
--- other in a cycle. (One that spans calls is broken by the server's
--- deadlock check, and that call retried too.)
+-- take any. Legs take them after the rows of the ids that have one
+-- (saga_lock_missing_accounts).
 CREATE OR REPLACE FUNCTION saga_lock_account_ids(p_id text[]) RETURNS void
   LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -175,12 +171,27 @@ BEGIN
   RETURN QUERY SELECT * FROM saga_accounts WHERE id = ANY (p_id) ORDER BY id FOR UPDATE;
 END $$;
 
--- The planning read of a batch transaction: the batch's accounts, locked
--- (the legs that follow lock subsets of them); then, only if some id had no
--- row, the buckets of those ids, and the rows of any of them created before
--- the buckets were granted (a new statement, so a new snapshot). Rows
--- first: the common batch, every account there, pays one index pass, not a
+-- The ids that had no row when the caller locked the rows of the others
+-- (saga_accounts_locked): their buckets, in bucket order, then the rows of
+-- any of them created before the buckets were granted (a new statement, so
+-- a new snapshot), locked NOWAIT: a conflict fails the call, which is
+-- retried. So a call holding buckets never waits for a row, and rows are
+-- locked in id order: no two calls wait on each other in a cycle (one that
+-- spans calls is broken by the server's deadlock check, and retried too).
+-- The buckets are held to the end of the transaction, so an id still
+-- without a row gets none before it ends. Rows first, buckets after: the
+-- common call, every account there, pays one index pass over its ids, not a
 -- second one to look for missing ids before it locks.
+CREATE OR REPLACE FUNCTION saga_lock_missing_accounts(p_missing text[])
+  RETURNS SETOF saga_accounts LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  PERFORM saga_lock_account_ids(p_missing);
+  RETURN QUERY SELECT * FROM saga_accounts WHERE id = ANY (p_missing) ORDER BY id FOR UPDATE NOWAIT;
+END $$;
+
+-- The planning read of a batch transaction: the batch's accounts, locked
+-- (the legs that follow lock subsets of them), and those of its ids that
+-- had no row.
 CREATE OR REPLACE FUNCTION saga_load_accounts_locked(p_id text[]) RETURNS SETOF saga_accounts
   LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -193,11 +204,7 @@ BEGIN
   IF cardinality(v_rows) < cardinality(p_id) THEN
     v_missing := ARRAY(SELECT u.id FROM unnest(p_id) AS u(id)
                        EXCEPT SELECT r.id FROM unnest(v_rows) AS r);
-    IF cardinality(v_missing) > 0 THEN
-      PERFORM saga_lock_account_ids(v_missing);
-      RETURN QUERY SELECT * FROM saga_accounts WHERE id = ANY (v_missing)
-        ORDER BY id FOR UPDATE NOWAIT;
-    END IF;
+    RETURN QUERY SELECT * FROM saga_lock_missing_accounts(v_missing);
   END IF;
 END $$;
 
@@ -317,20 +324,16 @@ BEGIN
     FROM (SELECT x.n, x.acc, min(x.n) OVER (PARTITION BY x.tr, x.acc)::integer AS first
             FROM unnest(p_transfer, p_account) WITH ORDINALITY AS x(tr, acc, n)) u
     LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
-  -- Ids with no row (rare): their buckets, then the rows of any created
-  -- before the buckets were granted (a new statement sees them), locked and
-  -- added to the slots. The buckets are held to the end of the transaction,
-  -- so an id still without a row gets none before it ends.
+  -- Ids with no row (rare): their buckets, and the rows of any created
+  -- meanwhile, added to the slots.
   IF array_position(l_acc, NULL) IS NOT NULL THEN
     v_missing := ARRAY(SELECT DISTINCT p_account[i] FROM generate_subscripts(l_acc, 1) AS i
                        WHERE l_acc[i] IS NULL);
-    PERFORM saga_lock_account_ids(v_missing);
     SELECT a_id || array_agg(a.id), a_bal || array_agg(a.balance),
         a_min || array_agg(a.min_balance), a_cur || array_agg(a.currency),
         a_locked || array_agg(a.locked), a_res || array_agg(a.reserved)
       INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
-      FROM (SELECT * FROM saga_accounts WHERE id = ANY (v_missing)
-              ORDER BY id FOR UPDATE NOWAIT) a;
+      FROM saga_lock_missing_accounts(v_missing) AS a;
     SELECT array_agg(s.k ORDER BY u.n) INTO l_acc
       FROM unnest(p_account) WITH ORDINALITY AS u(acc, n)
       LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
