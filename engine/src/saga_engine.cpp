@@ -1,5 +1,6 @@
 #include "sagapool/saga_engine.hpp"
 
+#include <algorithm>
 #include <array>
 #include <thread>
 
@@ -23,6 +24,7 @@ void SagaItem::assign(const TransferDoc& doc) {
   reason = doc.reason;
   dropped = false;
   fresh = false;
+  settled = false;
 }
 
 // The legs bound for one shard in one stage, with the item each belongs to.
@@ -193,6 +195,12 @@ Status SagaEngine::step_legs(std::vector<SagaItem>& items) {
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (!items[i].dropped && items[i].state == TransferState::pending) pending_.push_back(i);
   }
+  // Transfers inserted in this transaction can run whole in one call, in
+  // batch order, where the store offers it: no plan, no waves.
+  if (scoped_ && !pending_.empty() && ledger_.shard(0).supports_settle_sagas() &&
+      std::all_of(pending_.begin(), pending_.end(), [&](std::size_t i) { return items[i].fresh; })) {
+    return settle_pending(items);
+  }
   // Waves: each wave posts its debits, then its credits, in batch order. A
   // transfer whose legs could come out differently than if the batch ran
   // one transfer at a time (its debit needs a credit, reversal or release of
@@ -210,6 +218,47 @@ Status SagaEngine::step_legs(std::vector<SagaItem>& items) {
     }
   }
   return Status::ok();
+}
+
+Status SagaEngine::settle_pending(std::vector<SagaItem>& items) {
+  settle_batch_.clear();
+  for (std::size_t i : pending_) {
+    const SagaItem& it = items[i];
+    settle_batch_.push_back({it.id, it.source, it.destination, it.amount, it.currency});
+  }
+  settle_results_.resize(settle_batch_.size());
+  const auto started = Clock::now();
+  Status st = with_retries("settle", [&] {
+    if (Status fp = SAGA_FAILPOINT("before_settle"); !fp) return fp;
+    Status r = ledger_.shard(0).settle_sagas(settle_batch_, settle_results_);
+    if (!r) return r;
+    return SAGA_FAILPOINT("after_settle");
+  });
+  if (st.kind() == ErrorKind::fatal) return st;
+  if (!st) {  // the scope fails as a whole
+    for (std::size_t i : pending_) items[i].dropped = true;
+    pending_.clear();
+    return Status::ok();
+  }
+  observer_->on_stage("settle", Clock::now() - started);
+  // The transitions the stages would have queued: pending -> applied |
+  // canceling here, -> done | canceled at the finish.
+  for (std::size_t k = 0; k < pending_.size(); ++k) {
+    SagaItem& it = items[pending_[k]];
+    const SettleResult& r = settle_results_[k];
+    if (it.currency.empty()) it.currency = r.account_currency;
+    it.settled = true;
+    if (r.outcome == TransferState::done) {
+      transitions_.push_back({pending_[k], TransferState::applied, Reason::none});
+    } else if (r.outcome == TransferState::canceled && r.reason != Reason::none) {
+      transitions_.push_back({pending_[k], TransferState::canceling, r.reason});
+    } else {
+      return Status::fatal("store settled transfer " + it.id + " as " + std::string(to_string(r.outcome)) +
+                           " (" + std::string(to_string(r.reason)) + ")");
+    }
+  }
+  pending_.clear();
+  return write_transitions(items, "apply");
 }
 
 Status SagaEngine::load_snapshot(std::vector<SagaItem>& items) {
@@ -412,6 +461,14 @@ Status SagaEngine::step_compensate_and_release(std::vector<SagaItem>& items) {
   for (std::size_t i = 0; i < items.size(); ++i) {
     const SagaItem& it = items[i];
     if (it.dropped) continue;
+    if (it.settled) {  // its legs are done
+      if (it.state == TransferState::canceling) {
+        transitions_.push_back({i, TransferState::canceled, it.reason});
+      } else if (it.state == TransferState::applied) {
+        transitions_.push_back({i, TransferState::done, Reason::none});
+      }
+      continue;
+    }
     if (it.state == TransferState::canceling) {
       ShardBatch& b = shards_[ledger_.shard_index(it.destination)];
       b.legs.push_back({LegOp::cancel_credit, it.id, it.destination, it.amount, {}});
@@ -426,7 +483,7 @@ Status SagaEngine::step_compensate_and_release(std::vector<SagaItem>& items) {
       any = true;
     }
   }
-  if (!any) return Status::ok();
+  if (!any) return write_transitions(items, "finish");
   if (Status s = run_legs(shards_, "cleanup"); !s) return s;
 
   // Items whose credit is now void get their debit reversed (or voided).
@@ -455,7 +512,7 @@ Status SagaEngine::step_compensate_and_release(std::vector<SagaItem>& items) {
     }
   }
   for (std::size_t i = 0; i < items.size(); ++i) {
-    if (!items[i].dropped && items[i].state == TransferState::applied) {
+    if (!items[i].dropped && !items[i].settled && items[i].state == TransferState::applied) {
       transitions_.push_back({i, TransferState::done, Reason::none});
     }
   }

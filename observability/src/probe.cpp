@@ -9,15 +9,15 @@ namespace {
 
 // Stage names the engine and the worker report; fixed so the hot path finds
 // a pre-registered histogram without allocating.
-constexpr std::string_view kStages[] = {"ingest",  "plan",       "claim",  "debit",
-                                        "credit",  "apply",      "cleanup", "compensate",
-                                        "finish",  "publish",    "recovery"};
+constexpr std::string_view kStages[] = {"ingest",  "plan",    "claim",   "settle",
+                                        "debit",   "credit",  "apply",   "cleanup",
+                                        "compensate", "finish", "publish", "recovery"};
 
 // Store calls that can fail, as the worker, the saga engine and the store
 // collector name them; pre-registered so every series exists from the
 // first scrape and the error path finds its counter without a lookup.
 constexpr std::string_view kStoreOps[] = {
-    "ingest", "notify", "claim",   "begin",      "commit", "transition", "plan",
+    "ingest", "notify", "claim",   "begin",      "commit", "transition", "plan",   "settle",
     "debit",  "credit", "cleanup", "compensate", "stats",  "ping",       "imbalance"};
 
 prometheus::Histogram::BucketBoundaries seconds_buckets() {

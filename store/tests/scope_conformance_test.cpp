@@ -83,6 +83,16 @@ std::vector<TransferSpec> random_batch(std::mt19937& rng, int batch, std::size_t
   return out;
 }
 
+// Counts the batches that ran as whole sagas in one call (the settle stage).
+class SettleCounter final : public SagaObserver {
+ public:
+  void on_transitions(TransferState, TransferState, std::size_t) override {}
+  void on_compensation(Reason) override {}
+  void on_stage(std::string_view stage, std::chrono::nanoseconds) override { settled += stage == "settle"; }
+  void on_store_error(std::string_view, const Status&) override {}
+  int settled = 0;
+};
+
 class ScopedLedger {
  public:
   explicit ScopedLedger(std::unique_ptr<Store> store) {
@@ -92,6 +102,7 @@ class ScopedLedger {
     engine_ = std::make_unique<SagaEngine>(*ledger_, SagaEngine::Options{"w1", 60'000, 5}, &observer_);
   }
   Store& store() { return ledger_->shard(0); }
+  int settled_batches() const { return observer_.settled; }
 
   // The worker's way: one scope for the inserts and every stage.
   Status run_batch_in_scope(const std::vector<TransferSpec>& batch, bool commit) {
@@ -125,7 +136,7 @@ class ScopedLedger {
   }
 
  private:
-  NullObserver observer_;
+  SettleCounter observer_;
   std::unique_ptr<Ledger> ledger_;
   std::unique_ptr<SagaEngine> engine_;
 };
@@ -135,8 +146,13 @@ class ScopedLedger {
 void expect_batch_as_one_by_one(ScopedLedger& scoped, ScopedLedger& reference,
                                 const std::vector<TransferSpec>& batch,
                                 const std::vector<std::string>& ids, int b) {
+  const int settled_before = scoped.settled_batches();
   SAGA_ASSERT_OK(scoped.run_batch_in_scope(batch, true));
   SAGA_ASSERT_OK(reference.run_one_by_one(batch));
+  // Where the store settles whole sagas, the batch took that path (and the
+  // one-by-one reference, of transfers not fresh, the legs).
+  EXPECT_EQ(scoped.settled_batches() - settled_before, scoped.store().supports_settle_sagas() ? 1 : 0);
+  EXPECT_EQ(reference.settled_batches(), 0);
   const LedgerState got = LedgerState::read(scoped.store(), ids);
   const LedgerState want = LedgerState::read(reference.store(), ids);
   ASSERT_EQ(got.balances, want.balances) << "after batch " << b;

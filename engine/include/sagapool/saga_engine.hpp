@@ -63,6 +63,9 @@ struct SagaItem {
   // Inserted (state initial, epoch 1) in the transaction the engine runs in
   // (run_in_scope): only its final state needs writing.
   bool fresh = false;
+  // Its legs ran whole in one Store::settle_sagas call: only its transitions are
+  // left to write.
+  bool settled = false;
 
   void assign(const TransferDoc& doc);
 };
@@ -113,6 +116,7 @@ class SagaEngine {
   Status flush_coalesced(std::vector<SagaItem>& items);
   Status step_initial(std::vector<SagaItem>& items);
   Status step_legs(std::vector<SagaItem>& items);
+  Status settle_pending(std::vector<SagaItem>& items);
   Status load_snapshot(std::vector<SagaItem>& items);
   void plan_wave(std::vector<SagaItem>& items);
   Status post_wave(std::vector<SagaItem>& items);
@@ -149,6 +153,8 @@ class SagaEngine {
   std::unordered_map<std::string_view, AccountSnap> accounts_;
   std::vector<std::vector<std::string_view>> snapshot_ids_;  // per shard
   std::vector<std::optional<Account>> snapshot_;
+  std::vector<SettleRequest> settle_batch_;
+  std::vector<SettleResult> settle_results_;
   NullObserver null_observer_;
   bool scoped_ = false;        // this run is one transaction on the only store
   bool store_failed_ = false;  // a store call failed during this run

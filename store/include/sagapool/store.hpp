@@ -151,6 +151,21 @@ struct LegResult {
   std::string account_currency;  // debit/credit: the account's currency ("" = any)
 };
 
+// The whole saga of a transfer inserted in the current scope (settle).
+struct SettleRequest {
+  std::string_view transfer_id;
+  std::string_view source;
+  std::string_view destination;
+  std::int64_t amount = 0;
+  std::string_view currency;  // the request's; empty = any
+};
+
+struct SettleResult {
+  TransferState outcome = TransferState::canceled;  // done or canceled
+  Reason reason = Reason::none;                     // canceled: the refused leg's rule
+  std::string account_currency;  // the source account's when its debit posted ("" = any)
+};
+
 // ---- admin and audit views -------------------------------------------------
 
 struct PendingEntry {
@@ -189,6 +204,22 @@ class StageStore {
     return transition(batch, lease_ms, applied, nullptr);
   }
   virtual Status apply_legs(std::span<const LegRequest> batch, std::span<LegResult> results) = 0;
+  // Runs whole sagas of transfers inserted in the current scope, in input
+  // order, each to its end before the next begins: what these legs give one
+  // transfer at a time. The debit; if posted, the credit (in the request's
+  // currency, or else the debit's account's); if that posts too, both
+  // released (done); if the credit is refused, cancel_credit and
+  // cancel_debit (the debit reversed); if the debit is refused, both legs
+  // voided. Nothing of it stays pending. Such a transfer has no postings or
+  // voids yet, so a backend need not look for any; finding one is a fatal
+  // error. Only backends that say supports_settle_sagas() implement it, and
+  // only inside a scope.
+  virtual bool supports_settle_sagas() const noexcept { return false; }
+  virtual Status settle_sagas(std::span<const SettleRequest> batch, std::span<SettleResult> results) {
+    (void)batch;
+    (void)results;
+    return Status::fatal("this store cannot settle transfers in one call");
+  }
   // Reads many accounts in one round trip (one consistent snapshot);
   // out[i] is nullopt when ids[i] does not exist. The engine plans a batch
   // from it; every leg still re-checks its conditions when it writes.

@@ -550,6 +550,166 @@ BEGIN
   END IF;
 END $$;
 
+-- Whole sagas of transfers inserted in this transaction (Store::settle_sagas),
+-- one row per transfer, in input order: ('done' | 'canceled', the refused
+-- leg's reason, the source account's currency when its debit posted). Each
+-- transfer runs to its end before the next begins, with the checks of
+-- saga_apply_legs' debit and credit, so a batch gives the one-by-one result
+-- without waves. Against the stage-by-stage legs it saves what a saga that
+-- ends inside the call never needs: the journal and void lookups (such a
+-- transfer has none; a posting or void already there is a unique violation,
+-- raised), pending entries (each is added and dropped in here) and a second
+-- write of each account (one UPDATE per changed account for the batch).
+CREATE OR REPLACE FUNCTION saga_settle(p_transfer text[], p_source text[], p_destination text[],
+    p_amount bigint[], p_currency text[])
+  RETURNS TABLE (o_outcome text, o_reason text, o_currency text)
+  LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  c_max constant numeric := 9223372036854775807;
+  v_now bigint := saga_now_ms();
+  v_n integer := coalesce(array_length(p_transfer, 1), 0);
+  -- accounts, by slot
+  a_id text[];
+  a_bal bigint[];
+  a_bal0 bigint[];
+  a_res bigint[];
+  a_min bigint[];
+  a_cur text[];
+  a_locked boolean[];
+  -- per transfer: its source's and destination's slots (NULL: no such account)
+  l_src integer[];
+  l_dst integer[];
+  -- new postings and voids, in order
+  w_n integer := 0;
+  w_tr text[] := '{}';
+  w_acc text[] := '{}';
+  w_kind text[] := '{}';
+  w_amount bigint[] := '{}';
+  v_n_voids integer := 0;
+  v_tr text[] := '{}';
+  v_acc text[] := '{}';
+  v_kind text[] := '{}';
+  s integer;
+  d integer;
+  v_amount bigint;
+  v_cur text;
+  v_missing text[];
+BEGIN
+  IF v_n = 0 THEN
+    RETURN;
+  END IF;
+  SELECT array_agg(a.id), array_agg(a.balance), array_agg(a.min_balance),
+      array_agg(a.currency), array_agg(a.locked), array_agg(a.reserved)
+    INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
+    FROM saga_accounts_locked(p_source || p_destination) AS a;
+  FOR pass IN 1 .. 2 LOOP
+    SELECT array_agg(x.ks), array_agg(x.kd) INTO l_src, l_dst
+      FROM (SELECT u.n, s1.k AS ks, s2.k AS kd
+              FROM unnest(p_source, p_destination) WITH ORDINALITY AS u(src, dst, n)
+              LEFT JOIN unnest(a_id) WITH ORDINALITY AS s1(id, k) ON s1.id = u.src
+              LEFT JOIN unnest(a_id) WITH ORDINALITY AS s2(id, k) ON s2.id = u.dst
+              ORDER BY u.n) x;
+    EXIT WHEN pass = 2 OR (array_position(l_src, NULL) IS NULL AND array_position(l_dst, NULL) IS NULL);
+    -- Ids with no row (rare): as in saga_apply_legs.
+    v_missing := ARRAY(SELECT DISTINCT x.id
+                         FROM unnest(p_source || p_destination, l_src || l_dst) AS x(id, k)
+                         WHERE x.k IS NULL);
+    SELECT a_id || array_agg(a.id), a_bal || array_agg(a.balance),
+        a_min || array_agg(a.min_balance), a_cur || array_agg(a.currency),
+        a_locked || array_agg(a.locked), a_res || array_agg(a.reserved)
+      INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
+      FROM saga_lock_missing_accounts(v_missing) AS a;
+  END LOOP;
+  a_bal0 := a_bal;
+
+  FOR i IN 1 .. v_n LOOP
+    s := l_src[i];
+    d := l_dst[i];
+    v_amount := p_amount[i];
+    o_outcome := 'canceled';
+    o_reason := NULL;
+    o_currency := '';
+    -- The debit.
+    IF s IS NULL THEN
+      o_reason := 'unknown_account';
+    ELSIF a_locked[s] THEN
+      o_reason := 'account_locked';
+    ELSIF p_currency[i] <> '' AND a_cur[s] <> '' AND a_cur[s] <> p_currency[i] THEN
+      o_reason := 'currency_mismatch';
+    ELSIF a_bal[s]::numeric - v_amount < a_min[s] THEN
+      o_reason := 'insufficient_funds';
+    ELSIF a_res[s]::numeric + v_amount > c_max THEN
+      o_reason := 'overflow';
+    END IF;
+    IF o_reason IS NOT NULL THEN
+      -- Compensation voids the credit, then the debit that never posted.
+      v_n_voids := v_n_voids + 2;
+      v_tr[v_n_voids - 1] := p_transfer[i];
+      v_acc[v_n_voids - 1] := p_destination[i];
+      v_kind[v_n_voids - 1] := 'credit';
+      v_tr[v_n_voids] := p_transfer[i];
+      v_acc[v_n_voids] := p_source[i];
+      v_kind[v_n_voids] := 'debit';
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    o_currency := a_cur[s];
+    v_cur := CASE WHEN p_currency[i] <> '' THEN p_currency[i] ELSE a_cur[s] END;
+    w_n := w_n + 1;
+    w_tr[w_n] := p_transfer[i];
+    w_acc[w_n] := p_source[i];
+    w_kind[w_n] := 'debit';
+    w_amount[w_n] := v_amount;
+    a_bal[s] := a_bal[s] - v_amount;
+    a_res[s] := a_res[s] + v_amount;  -- held for its reversal until the end of its saga
+    -- The credit, seeing the debit (the same account twice included).
+    IF d IS NULL THEN
+      o_reason := 'unknown_account';
+    ELSIF a_locked[d] THEN
+      o_reason := 'account_locked';
+    ELSIF v_cur <> '' AND a_cur[d] <> '' AND a_cur[d] <> v_cur THEN
+      o_reason := 'currency_mismatch';
+    ELSIF a_bal[d]::numeric + a_res[d] + v_amount > c_max THEN
+      o_reason := 'overflow';
+    END IF;
+    w_n := w_n + 1;
+    w_tr[w_n] := p_transfer[i];
+    w_amount[w_n] := v_amount;
+    IF o_reason IS NULL THEN
+      w_acc[w_n] := p_destination[i];
+      w_kind[w_n] := 'credit';
+      a_bal[d] := a_bal[d] + v_amount;
+      o_outcome := 'done';
+    ELSE
+      -- The credit voided, the debit reversed.
+      v_n_voids := v_n_voids + 1;
+      v_tr[v_n_voids] := p_transfer[i];
+      v_acc[v_n_voids] := p_destination[i];
+      v_kind[v_n_voids] := 'credit';
+      w_acc[w_n] := p_source[i];
+      w_kind[w_n] := 'reverse_debit';
+      a_bal[s] := a_bal[s] + v_amount;
+    END IF;
+    a_res[s] := a_res[s] - v_amount;  -- released, or given back by the reversal
+    RETURN NEXT;
+  END LOOP;
+
+  IF w_n > 0 THEN
+    INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
+      SELECT w.tr, w.acc, w.kind, w.amount, v_now
+        FROM unnest(w_tr, w_acc, w_kind, w_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
+        ORDER BY w.n;
+    -- Reservations end where they began: only balances change.
+    UPDATE saga_accounts a SET balance = x.bal
+      FROM unnest(a_id, a_bal, a_bal0) AS x(id, bal, bal0)
+      WHERE a.id = x.id AND x.bal <> x.bal0;
+  END IF;
+  IF v_n_voids > 0 THEN
+    INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
+      SELECT x.tr, x.acc, x.kind, v_now FROM unnest(v_tr, v_acc, v_kind) AS x(tr, acc, kind);
+  END IF;
+END $$;
+
 -- All or nothing: returns the first id that exists already or is named
 -- twice (nothing inserted), NULL once every account is inserted.
 CREATE OR REPLACE FUNCTION saga_create_accounts(p_id text[], p_balance bigint[],

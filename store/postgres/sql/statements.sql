@@ -70,6 +70,10 @@ SELECT id, state, notified FROM saga_transfers;
 SELECT o_status, o_reason, o_currency
   FROM saga_apply_legs($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]);
 
+-- name: saga_settle
+SELECT o_outcome, o_reason, o_currency
+  FROM saga_settle($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]);
+
 -- name: saga_create_accounts
 SELECT saga_create_accounts($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::boolean[]);
 

@@ -604,6 +604,67 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
+  bool supports_settle_sagas() const noexcept override { return true; }
+
+  // One statement locks its accounts in one order; a batch of more
+  // transfers than a statement carries locks all of them first (the
+  // planning read's global order), so chunks never wait on each other's
+  // accounts in opposite orders across callers.
+  Status settle_sagas(std::span<const SettleRequest> batch, std::span<SettleResult> results) override {
+    if (Status s = check_results(batch.size(), results.size(), "settle"); !s) return s;
+    if (scope_ == Scope::none) return fatal("settle: runs only inside a batch transaction");
+    constexpr std::size_t kChunk = kStatementMax / 2;  // two accounts a transfer
+    if (batch.size() > kChunk) {
+      std::vector<std::string_view> ids;
+      ids.reserve(2 * batch.size());
+      for (const SettleRequest& t : batch) {
+        ids.push_back(t.source);
+        ids.push_back(t.destination);
+      }
+      std::vector<std::optional<Account>> ignored(ids.size());
+      if (Status s = load_accounts(ids, ignored); !s) return s;
+    }
+    for (std::size_t b = 0; b < batch.size(); b += kChunk) {
+      const std::size_t n = std::min(kChunk, batch.size() - b);
+      if (Status s = settle_chunk(batch.subspan(b, n), results.subspan(b, n)); !s) return s;
+    }
+    return Status::ok();
+  }
+
+  Status settle_chunk(std::span<const SettleRequest> batch, std::span<SettleResult> results) {
+    ArrayLiteral transfer, source, destination, amount, currency;
+    for (const SettleRequest& t : batch) {
+      if (t.amount <= 0) {
+        return fatal("settle: transfer " + std::string(t.transfer_id) + " has a non-positive amount");
+      }
+      transfer.text(t.transfer_id);
+      source.text(t.source);
+      destination.text(t.destination);
+      amount.int64(t.amount);
+      currency.text(t.currency);
+    }
+    Params p;
+    for (ArrayLiteral* a : {&transfer, &source, &destination, &amount, &currency}) {
+      if (!add_array(p, std::move(*a))) return nul_byte("settle");
+    }
+    ResultPtr r;
+    if (Status s = run(Sql::settle, p, r, "settle", OnUnique::fatal); !s) return s;
+    if (Status s = check_rows(r.get(), batch.size(), "settle"); !s) return s;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const int row = static_cast<int>(i);
+      const std::string_view outcome = pg::value(r.get(), row, 0);
+      const auto reason = pg::is_null(r.get(), row, 1) ? std::optional(Reason::none)
+                                                       : parse_reason(pg::value(r.get(), row, 1));
+      if ((outcome != "done" && outcome != "canceled") || !reason) {
+        return fatal("settle: unexpected result row");
+      }
+      results[i].outcome = outcome == "done" ? TransferState::done : TransferState::canceled;
+      results[i].reason = *reason;
+      results[i].account_currency = pg::value(r.get(), row, 2);
+    }
+    return Status::ok();
+  }
+
   Status create_accounts(std::span<const Account> accounts) override {
     if (accounts.empty()) return Status::ok();
     ArrayLiteral id, balance, min_balance, currency, locked;
