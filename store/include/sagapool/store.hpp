@@ -44,7 +44,10 @@ namespace sagapool {
 // 4: SQLite chains each account's postings (expand: the columns); the
 //    contract links the older ones and drops postings_account. Nothing
 //    changes on PostgreSQL or MongoDB.
-inline constexpr int kSchemaVersion = 4;
+// 5: PostgreSQL drops the postings' and pending entries' foreign keys and
+//    leaves room on the accounts' pages (expand only). Nothing changes on
+//    SQLite or MongoDB.
+inline constexpr int kSchemaVersion = 5;
 
 // Recorded in every store by `sagactl init` so that processes given the
 // stores in another number or order refuse to start instead of misplacing
