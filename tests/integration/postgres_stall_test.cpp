@@ -24,10 +24,11 @@ TEST(PostgresStall, AWorkerFrozenInsideABatchDoesNotStopThePool) {
   LedgerCluster cluster(1, 4);  // four accounts: every batch locks all of them
   const auto transfers = cluster.plan(3000, 21);
   std::vector<Process> workers;
-  // w0 freezes for 30 s right after its first debits, inside the batch
-  // transaction, holding the row locks of every account.
+  // w0 freezes for 30 s right after its first batch's sagas ran (one
+  // settle call), inside the batch transaction, holding the row locks of
+  // every account.
   workers.push_back(cluster.start_worker("w0", "", {"--lease", "60s"},
-                                         {"SAGA_FAILPOINTS=after_debit=1*pause:30s"}));
+                                         {"SAGA_FAILPOINTS=after_settle=1*pause:30s"}));
   workers.push_back(cluster.start_worker("w1", "", {"--lease", "60s"}));
   for (const char* name : {"w0", "w1"}) {
     ASSERT_TRUE(eventually(
@@ -41,7 +42,7 @@ TEST(PostgresStall, AWorkerFrozenInsideABatchDoesNotStopThePool) {
 
   ASSERT_TRUE(eventually(
       [&] {
-        return read_file(cluster.log_of("w0")).find("fail point after_debit: pausing") !=
+        return read_file(cluster.log_of("w0")).find("fail point after_settle: pausing") !=
                std::string::npos;
       },
       30s))
@@ -67,7 +68,7 @@ TEST(PostgresStall, AWorkerFrozenInsideABatchDoesNotStopThePool) {
     EXPECT_TRUE(workers[i].running()) << name << " exited:\n" << read_file(cluster.log_of(name));
     EXPECT_EQ(workers[i].stop(20s), 0) << read_file(cluster.log_of(name));
   }
-  EXPECT_NE(read_file(cluster.log_of("w0")).find("fail point after_debit: resuming"),
+  EXPECT_NE(read_file(cluster.log_of("w0")).find("fail point after_settle: resuming"),
             std::string::npos);
   cluster.expect_outcomes(transfers);
   cluster.expect_balances(transfers);
