@@ -189,9 +189,10 @@ BEGIN
   RETURN QUERY SELECT * FROM saga_accounts WHERE id = ANY (p_missing) ORDER BY id FOR UPDATE NOWAIT;
 END $$;
 
--- The planning read of a batch transaction: the batch's accounts, locked
--- (the legs that follow lock subsets of them), and those of its ids that
--- had no row.
+-- The accounts of p_id (ids may repeat), locked, and those of its ids that
+-- had no row: the planning read of a batch transaction, and the legs' and
+-- saga_settle's lock pass (the legs after a planning read lock subsets of
+-- its accounts again).
 CREATE OR REPLACE FUNCTION saga_load_accounts_locked(p_id text[]) RETURNS SETOF saga_accounts
   LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -200,11 +201,14 @@ DECLARE
 BEGIN
   SELECT coalesce(array_agg(a), '{}') INTO v_rows FROM saga_accounts_locked(p_id) AS a;
   RETURN QUERY SELECT * FROM unnest(v_rows);
-  -- Rows are unique: as many as ids means every id has one.
+  -- Rows are unique: as many as ids means every id has one. Fewer (ids
+  -- repeat in the legs' calls) are checked in memory.
   IF cardinality(v_rows) < cardinality(p_id) THEN
     v_missing := ARRAY(SELECT u.id FROM unnest(p_id) AS u(id)
                        EXCEPT SELECT r.id FROM unnest(v_rows) AS r);
-    RETURN QUERY SELECT * FROM saga_lock_missing_accounts(v_missing);
+    IF cardinality(v_missing) > 0 THEN
+      RETURN QUERY SELECT * FROM saga_lock_missing_accounts(v_missing);
+    END IF;
   END IF;
 END $$;
 
@@ -303,7 +307,6 @@ DECLARE
   v_scoped boolean := coalesce(current_setting('saga.scope', true), '') = 'on';
   q_real boolean[];
   v_real_dropped boolean := false;
-  v_missing text[];
 BEGIN
   IF v_n = 0 THEN
     RETURN;
@@ -311,33 +314,19 @@ BEGIN
   IF to_regclass('pg_temp.saga_scope_pending') IS NULL THEN
     PERFORM saga_create_scope_pending();
   END IF;
-  -- The accounts, locked. The arrays are filled in one pass over the same
-  -- rows, so slot k is one account in each of them (slots need no order of
-  -- their own); one sort, not one per array.
+  -- The accounts, locked (those of ids with no row too: their buckets). The
+  -- arrays are filled in one pass over the same rows, so slot k is one
+  -- account in each of them (slots need no order of their own).
   SELECT array_agg(a.id), array_agg(a.balance), array_agg(a.min_balance),
       array_agg(a.currency), array_agg(a.locked), array_agg(a.reserved)
     INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
-    FROM saga_accounts_locked(p_account) AS a;
+    FROM saga_load_accounts_locked(p_account) AS a;
   -- A pair is named by its first leg: pair slots are leg positions.
   SELECT array_agg(s.k ORDER BY u.n), array_agg(u.first ORDER BY u.n)
     INTO l_acc, l_pair
     FROM (SELECT x.n, x.acc, min(x.n) OVER (PARTITION BY x.tr, x.acc)::integer AS first
             FROM unnest(p_transfer, p_account) WITH ORDINALITY AS x(tr, acc, n)) u
     LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
-  -- Ids with no row (rare): their buckets, and the rows of any created
-  -- meanwhile, added to the slots.
-  IF array_position(l_acc, NULL) IS NOT NULL THEN
-    v_missing := ARRAY(SELECT DISTINCT p_account[i] FROM generate_subscripts(l_acc, 1) AS i
-                       WHERE l_acc[i] IS NULL);
-    SELECT a_id || array_agg(a.id), a_bal || array_agg(a.balance),
-        a_min || array_agg(a.min_balance), a_cur || array_agg(a.currency),
-        a_locked || array_agg(a.locked), a_res || array_agg(a.reserved)
-      INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
-      FROM saga_lock_missing_accounts(v_missing) AS a;
-    SELECT array_agg(s.k ORDER BY u.n) INTO l_acc
-      FROM unnest(p_account) WITH ORDINALITY AS u(acc, n)
-      LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
-  END IF;
   a_bal0 := a_bal;
   a_res0 := a_res;
   -- What the journal and the voids hold for each pair, one index range of
@@ -595,33 +584,21 @@ DECLARE
   d integer;
   v_amount bigint;
   v_cur text;
-  v_missing text[];
 BEGIN
   IF v_n = 0 THEN
     RETURN;
   END IF;
+  -- The accounts, locked as saga_apply_legs locks them.
   SELECT array_agg(a.id), array_agg(a.balance), array_agg(a.min_balance),
       array_agg(a.currency), array_agg(a.locked), array_agg(a.reserved)
     INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
-    FROM saga_accounts_locked(p_source || p_destination) AS a;
-  FOR pass IN 1 .. 2 LOOP
-    SELECT array_agg(x.ks), array_agg(x.kd) INTO l_src, l_dst
-      FROM (SELECT u.n, s1.k AS ks, s2.k AS kd
-              FROM unnest(p_source, p_destination) WITH ORDINALITY AS u(src, dst, n)
-              LEFT JOIN unnest(a_id) WITH ORDINALITY AS s1(id, k) ON s1.id = u.src
-              LEFT JOIN unnest(a_id) WITH ORDINALITY AS s2(id, k) ON s2.id = u.dst
-              ORDER BY u.n) x;
-    EXIT WHEN pass = 2 OR (array_position(l_src, NULL) IS NULL AND array_position(l_dst, NULL) IS NULL);
-    -- Ids with no row (rare): as in saga_apply_legs.
-    v_missing := ARRAY(SELECT DISTINCT x.id
-                         FROM unnest(p_source || p_destination, l_src || l_dst) AS x(id, k)
-                         WHERE x.k IS NULL);
-    SELECT a_id || array_agg(a.id), a_bal || array_agg(a.balance),
-        a_min || array_agg(a.min_balance), a_cur || array_agg(a.currency),
-        a_locked || array_agg(a.locked), a_res || array_agg(a.reserved)
-      INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
-      FROM saga_lock_missing_accounts(v_missing) AS a;
-  END LOOP;
+    FROM saga_load_accounts_locked(p_source || p_destination) AS a;
+  SELECT array_agg(x.ks), array_agg(x.kd) INTO l_src, l_dst
+    FROM (SELECT u.n, s1.k AS ks, s2.k AS kd
+            FROM unnest(p_source, p_destination) WITH ORDINALITY AS u(src, dst, n)
+            LEFT JOIN unnest(a_id) WITH ORDINALITY AS s1(id, k) ON s1.id = u.src
+            LEFT JOIN unnest(a_id) WITH ORDINALITY AS s2(id, k) ON s2.id = u.dst
+            ORDER BY u.n) x;
   a_bal0 := a_bal;
 
   FOR i IN 1 .. v_n LOOP
