@@ -1,7 +1,8 @@
 """A sagapool run's own ledger, a fresh copy of the template: a SQLite
-file, or a PostgreSQL database made with CREATE DATABASE ... TEMPLATE. Both
-answer the same questions about the run's transfers; only the table and
-column names differ between the stores."""
+file, or a PostgreSQL database made with CREATE DATABASE ... TEMPLATE (one
+on each server for two shards). All answer the same questions about the
+run's transfers; only the table and column names differ between the
+stores."""
 import contextlib
 import shutil
 import sqlite3
@@ -19,7 +20,7 @@ class SqliteLedger:
     def __init__(self, template: Path, run: Path):
         self.path = run / "ledger.db"
         shutil.copyfile(template, self.path)
-        self.store = f"sqlite:{self.path}"
+        self.store_args = ["--store", f"sqlite:{self.path}"]
 
     def rows(self, sql: str) -> list[tuple]:
         # A connection per question, as the workers write meanwhile.
@@ -38,7 +39,7 @@ class PostgresLedger:
     def __init__(self, pg: Postgres, template: str, database: str):
         self.pg, self.database = pg, database
         pg.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {template}")
-        self.store = pg.url(database)
+        self.store_args = ["--store", pg.url(database)]
 
     def rows(self, sql: str) -> list[tuple]:
         out = self.pg.psql(self.database, sql)
@@ -48,7 +49,28 @@ class PostgresLedger:
         self.pg.psql("sagapool", f"DROP DATABASE {self.database}")
 
 
-Ledger = SqliteLedger | PostgresLedger
+def shard_store_args(first: Postgres, second: Postgres, database: str) -> list[str]:
+    """The --store flags of a ledger over two shards, in shard order."""
+    return ["--store", first.url(database), "--store", second.url(database)]
+
+
+class ShardedPostgresLedger(PostgresLedger):
+    """Two shards: a database on each server. Transfer documents all live
+    on the first shard (docs/postgres.md, "Sharding"), so its questions are
+    asked there."""
+
+    def __init__(self, first: Postgres, second: Postgres, template: str, database: str):
+        super().__init__(first, template, database)
+        self.second = second
+        second.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {template}")
+        self.store_args = shard_store_args(first, second, database)
+
+    def drop(self) -> None:
+        super().drop()
+        self.second.psql("sagapool", f"DROP DATABASE {self.database}")
+
+
+Ledger = SqliteLedger | PostgresLedger | ShardedPostgresLedger
 
 
 def count(ledger: Ledger, where: str = "true") -> int:

@@ -1,7 +1,8 @@
 """The bench's phases, in order: the ledgers; (a), (b) pgbench at its best
 client count; (c), (d) sagapool on PostgreSQL and SQLite on saga-broker and
-on a real Kafka node; (e) scaling; (f) the SQLite floor; the half-load
-latency runs. Each measured run adds a row to the results."""
+on a real Kafka node; (e) scaling; (g) two PostgreSQL shards; (f) the
+SQLite floor; the half-load latency runs. Each measured run adds a row to
+the results."""
 import contextlib
 import dataclasses
 import http.client
@@ -22,6 +23,7 @@ from .results import Results
 from .servers import Kafka, Postgres, Prometheus, start_saga_broker
 from .session import Session, free_port, nproc, run_checked
 
+SHARD_TEMPLATE = "saga_shard_template"  # (g)'s ledger: this database on each of the two servers
 NO_INVALID = ["--invalid-ratio", "0", "--overdraw-ratio", "0", "--unknown-ratio", "0"]
 
 
@@ -45,6 +47,7 @@ class Bench:
         self.prometheus = Prometheus(self.work, session.procs)
         self._pgbench_seq = self._run_seq = 0
         self.pg: Postgres
+        self.pg2: Postgres  # the second shard's server, for (g)
         self.pg_version = self.pg_settings = ""
 
     def elapsed(self) -> str:
@@ -52,22 +55,26 @@ class Bench:
 
     # ---- the PostgreSQL server and the ledgers ---------------------------------
     def start_postgres(self) -> None:
-        say("starting a throwaway PostgreSQL server (default durability)")
+        say("starting two throwaway PostgreSQL servers (default durability): the store, and a second shard for (g)")
         # no pg_stat_statements: measure the server as deployed
         self.pg = Postgres(self.work, "pg", ["-c max_connections=200"])
-        self.s.servers.append(self.pg)
-        self.pg.start()
+        self.pg2 = Postgres(self.work, "pg2", ["-c max_connections=200"])
+        for server in (self.pg, self.pg2):
+            self.s.servers.append(server)
+            server.start()
         self.pg_version = self.pg.version()
         self.pg_settings = self.pg.psql("sagapool", """SELECT string_agg(name || '=' || current_setting(name), ', '
           ORDER BY name) FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes',
           'wal_sync_method', 'shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'wal_level')""")
         note(f"PostgreSQL {self.pg_version}: {self.pg_settings}")
         for setting in ("fsync", "synchronous_commit", "full_page_writes"):
-            if self.pg.psql("sagapool", f"SHOW {setting}") != "on":
-                raise Fatal(f"PostgreSQL {setting} is not on: durability weakened")
+            for server in (self.pg, self.pg2):
+                if server.psql("sagapool", f"SHOW {setting}") != "on":
+                    raise Fatal(f"PostgreSQL {setting} is not on: durability weakened")
 
     def create_ledgers(self) -> None:
-        """Accounts acct-0 .. acct-99999: a PostgreSQL template database, a
+        """Accounts acct-0 .. acct-99999: a PostgreSQL template database, the
+        same ledger over two shards (a template database on each server), a
         SQLite template file, and the baselines' tables (bench/tables.sql)."""
         say(f"creating the ledgers: {ACCOUNTS} accounts ({self.elapsed()})")
         csv = self.work / "accounts.csv"
@@ -75,10 +82,14 @@ class Bench:
         sagactl = self.bin / "sagactl"
         self.pg.psql("sagapool", "CREATE DATABASE saga_template")
         run_checked([sagactl, "--store", self.pg.url("saga_template"), "init"], "sagactl init on PostgreSQL")
-        # The PostgreSQL import (one durable commit per chunk) runs while the rest is built.
-        import_log = self.work / "import-pg.out"
-        importing = self.s.procs.start([sagactl, "--store", self.pg.url("saga_template"), "accounts", "import", csv],
-                                       import_log)
+        for server in (self.pg, self.pg2):
+            server.psql("sagapool", f"CREATE DATABASE {SHARD_TEMPLATE}")
+        shards = ledgers.shard_store_args(self.pg, self.pg2, SHARD_TEMPLATE)
+        run_checked([sagactl, *shards, "init"], "sagactl init on two PostgreSQL shards")
+        # The PostgreSQL imports (one durable commit per chunk) run while the rest is built.
+        imports = [(self.work / "import-pg.out", ["--store", self.pg.url("saga_template")]),
+                   (self.work / "import-pg-shards.out", shards)]
+        importing = [self.s.procs.start([sagactl, *stores, "accounts", "import", csv], log) for log, stores in imports]
         sqlite = f"sqlite:{self.work / 'template.db'}"
         run_checked([sagactl, "--store", sqlite, "init"], "sagactl init on SQLite")
         run_checked([sagactl, "--store", sqlite, "accounts", "import", csv], "sagactl accounts import on SQLite")
@@ -94,9 +105,10 @@ class Bench:
                 print(line)
         if self.pg.psql("sagapool", "SELECT count(*) FROM plain_accounts") != str(ACCOUNTS):
             raise Fatal("the baselines' tables were not created")
-        if self.s.procs.wait(importing) != 0:
-            show_tail(import_log, lines=50)
-            raise Fatal("sagactl accounts import failed on PostgreSQL")
+        for proc, (log, _) in zip(importing, imports):
+            if self.s.procs.wait(proc) != 0:
+                show_tail(log, lines=50)
+                raise Fatal("sagactl accounts import failed on PostgreSQL")
 
     def uniform_file(self, n: int) -> Path:
         """N uniform requests (saga-producer's generator is always
@@ -236,6 +248,8 @@ class Bench:
         run.mkdir()
         if store == "postgres":
             ledger = ledgers.PostgresLedger(self.pg, "saga_template", f"saga_run_{seq}")
+        elif store == "postgres-shards":
+            ledger = ledgers.ShardedPostgresLedger(self.pg, self.pg2, SHARD_TEMPLATE, f"saga_run_{seq}")
         else:
             ledger = ledgers.SqliteLedger(self.work / "template.db", run)
         if broker == "kafka":
@@ -247,7 +261,7 @@ class Bench:
         for i in range(workers):
             ports.append(free_port(tuple(ports)))
             pool.append(procs.start([self.bin / "saga-worker", "--brokers", bootstrap, "--group", "bench",
-                                     "--store", ledger.store, "--worker-id", f"bench-{i}",
+                                     *ledger.store_args, "--worker-id", f"bench-{i}",
                                      "--metrics-addr", f"127.0.0.1:{ports[i]}", "--lease", "10s"],
                                     run / f"worker-{i}.log"))
         self.prometheus.start()
@@ -276,7 +290,8 @@ class Bench:
 
         worker_ticks = -sum(measure.proc_ticks(w.pid) for w in pool)
         broker_ticks = -measure.proc_ticks(broker_proc.pid)
-        server_ticks = -self.pg.ticks() if store == "postgres" else 0
+        servers = {"postgres": [self.pg], "postgres-shards": [self.pg, self.pg2]}.get(store, [])
+        server_ticks = -sum(server.ticks() for server in servers)
         producer = [self.bin / "saga-producer", "--brokers", bootstrap]
         if dist == "uniform":
             producer += ["--file", self.uniform_file(n)]
@@ -286,8 +301,7 @@ class Bench:
             producer += ["--rate", rate]
         run_checked(producer, "saga-producer", log=run / "producer.out")
         self.wait_outcomes(ledger, warmup + n, config, pool, ports, run)
-        if store == "postgres":
-            server_ticks += self.pg.ticks()
+        server_ticks += sum(server.ticks() for server in servers)
         worker_ticks += sum(measure.proc_ticks(w.pid) for w in pool)
         rss_max = max(measure.proc_hwm_kb(w.pid) for w in pool)
         broker_ticks += measure.proc_ticks(broker_proc.pid)
@@ -311,7 +325,7 @@ class Bench:
                 raise Fatal(f"{config}: a worker did not exit cleanly (logs: run-{seq})")
         if broker == "mock":
             procs.stop([broker_proc])
-        run_checked([self.bin / "sagactl", "--store", ledger.store, "audit"],
+        run_checked([self.bin / "sagactl", *ledger.store_args, "audit"],
                     f"{config} run {rep}: sagactl audit", log=run / "audit.out")
         ticks = worker_ticks + broker_ticks + server_ticks
         cpu = f"{ticks / measure.TICKS_PER_S / fig.seen * 1000:.3f}"
@@ -359,9 +373,10 @@ class Bench:
         return min(self.run_n[store], MOCK_TRANSFERS_MAX)
 
     def sagapool(self) -> None:
-        """(c), (d), (e), (f) and the half-load runs. What is left of the budget
-        is shared out: (c) to 40 %, (d) to 60 %, real Kafka to 75 %, (e) to
-        90 %, (f) to 93 %, the half-load runs to 98 %, the rest for the report."""
+        """(c), (d), (e), (g), (f) and the half-load runs. What is left of the
+        budget is shared out: (c) to 40 %, (d) to 60 %, real Kafka to 75 %, (e)
+        to 85 %, (g) to 90 %, (f) to 93 %, the half-load runs to 98 %, the rest
+        for the report."""
         o, b = self.opts, self.budget
         b.share_out()
         for store, name, label in (("postgres", "PostgreSQL", "c"), ("sqlite", "SQLite", "d")):
@@ -383,7 +398,7 @@ class Bench:
                 self.saga_run(f"ck-{dist}", rep, "postgres", dist, o.workers, self.run_n["postgres"], 0, "kafka")
                 self.saga_run(f"dk-{dist}", rep, "sqlite", dist, o.workers, self.run_n["sqlite"], 0, "kafka")
         say(f"(e) scaling on {o.scale_store}: 1, 2 and 4 workers, Zipf ({self.elapsed()})")
-        end = b.phase_end(90)
+        end = b.phase_end(85)
         measured = "ck-zipf" if o.scale_store == "postgres" else "dk-zipf"
         for workers in (1, 2, 4):
             if workers == o.workers:  # measured above
@@ -395,6 +410,17 @@ class Bench:
                     break
                 self.saga_run(f"e-{workers}", rep, o.scale_store, "zipf", workers, self.run_n[o.scale_store], 0,
                               "kafka")
+        # (g) against (c) on real Kafka, uniform: with Zipf the hot worker's
+        # backlog (see "sustained") would decide both. Half of (c)'s
+        # transfers, as two shards ran at under half its rate before.
+        say(f"(g) two PostgreSQL shards (two servers), {o.workers} workers, uniform, real Kafka ({self.elapsed()})")
+        end = b.phase_end(90)
+        self.run_n["postgres-shards"] = max(TRANSFERS_MIN, self.run_n["postgres"] // 2000 * 1000)
+        for rep in range(1, o.reps + 1):
+            if not b.rep_ok(rep, end, "(g)"):
+                break
+            self.saga_run("g-uniform", rep, "postgres-shards", "uniform", o.workers, self.run_n["postgres-shards"],
+                          0, "kafka")
         say(f"(f) the SQLite floor: bare SQL, {WORKER_BATCH:,} and {FLOOR_BATCH_MAX:,} "
             f"transfers per commit ({self.elapsed()})")
         end = b.phase_end(93)
@@ -405,15 +431,19 @@ class Bench:
                 self.floor_run(f"f-{dist}", rep, dist, WORKER_BATCH)
                 self.floor_run(f"fx-{dist}", rep, dist, FLOOR_BATCH_MAX)
                 self.floor_run(f"fi-{dist}", rep, dist, WORKER_BATCH, "--account-index")
-        say(f"half-load latency: (c) and (d) at half their measured Zipf throughput, for {o.half_s} s "
+        say(f"half-load latency: (c) and (d) at half their measured Zipf throughput, for {o.half_s} s, on "
+            f"saga-broker and on real Kafka "
             f"({self.elapsed()})")
-        # The target holds in each of the runs, so they are repeated too.
-        half = [(which, store, int(float(self.results.median(f"{which}-zipf", "tput") or 0) / 2))
-                for which, store in (("c", "postgres"), ("d", "sqlite"))]
-        self.half_rates = [(which, rate) for which, _, rate in half]
+        # The target holds in each of the runs, so they are repeated too. Half
+        # of each broker's own measured rate: (c) on saga-broker, ck on Kafka.
+        half = [(f"{prefix}-{which}", store, broker,
+                 int(float(self.results.median(f"{which}{suffix}-zipf", "tput") or 0) / 2))
+                for which, store in (("c", "postgres"), ("d", "sqlite"))
+                for prefix, suffix, broker in (("half", "", "mock"), ("halfk", "k", "kafka"))]
+        self.half_rates = [(config, rate) for config, _, _, rate in half]
         end = b.phase_end(98)
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "the half-load runs"):
                 break
-            for which, store, rate in half:
-                self.saga_run(f"half-{which}", rep, store, "zipf", o.workers, max(rate * o.half_s, 1000), rate)
+            for config, store, broker, rate in half:
+                self.saga_run(config, rep, store, "zipf", o.workers, max(rate * o.half_s, 1000), rate, broker)

@@ -38,6 +38,8 @@ def results() -> Results:
         r.add(config, 1, tput, "-", "-", "0.020", "-", "-", "-", 21, "0.97")
     r.add("half-c", 1, 4400, 59, 109, "0.317", 21504, 59, 109)
     r.add("half-d", 1, 25000, 50, 281, "0.104", 53248, 52, 240)
+    r.add("halfk-c", 1, 3200, 70, 300, "0.320", 21504, 66, 200)
+    r.add("halfk-d", 1, 24000, 60, 290, "0.110", 53248, 58, 230)
     return r
 
 
@@ -48,7 +50,8 @@ def facts(argv=("--reps", "2")) -> report.Facts:
                       sqlite_journal="WAL", sqlite_sync="FULL")
     return report.Facts(opts=opts, run_n={"postgres": 134000, "sqlite": 150000},
                         best_clients={"a-uniform": 32, "a-zipf": 4, "b-uniform": 32, "b-zipf": 16},
-                        skipped=["(e) with 4 workers from run 2"], half_rates=[("c", 4500), ("d", 25500)],
+                        skipped=["(e) with 4 workers from run 2"], half_rates=[("half-c", 4500), ("halfk-c", 3250),
+                                                                                ("half-d", 25500), ("halfk-d", 24500)],
                         pg_version="15.18", pg_settings="fsync=on, synchronous_commit=on",
                         dsync_rate="5836", machine=machine, generated_at="2026-01-02 03:04 UTC", wall_s=801)
 
@@ -74,7 +77,7 @@ class Render(unittest.TestCase):
 
     def test_targets(self):
         rows = self.section("## Targets")
-        self.assertEqual(len(rows), 12)
+        self.assertEqual(len(rows), 14)
         self.assertEqual(rows[2], "| CPU per transfer: (c) ≤ 0.5 × (a) | uniform 0.71, Zipf 0.67 | **missed** |")
         rows = rows[1:]  # the rows below, as they were before the CPU row
         self.assertEqual(rows[2], "| c/a ≥ 2 (sagapool on PostgreSQL vs plain ACID) | uniform 2.00, Zipf 3.00 | "
@@ -86,16 +89,54 @@ class Render(unittest.TestCase):
                                          "uniform 48,000, Zipf 60,000 | **met** |"))
         self.assertTrue(rows[5].endswith("uniform 1.75, Zipf 2.17 | **missed** |"))
         self.assertTrue(rows[6].endswith("uniform 49,000, Zipf 50,500 | **missed** |"))
-        self.assertEqual(rows[7], "| p99 ≤ 250 ms at half load, in each run | (c) 109 ms; (d) 240 ms | **met** |")
+        self.assertEqual(rows[7], "| scaling on one SQLite store: transfers/s do not fall from 1 to 2 to 4 workers "
+                                  "(e) | 20,000 / 51,000 / 19,000 | **missed** |")
+        self.assertEqual(rows[8], "| two PostgreSQL shards (g) ≥ one store's transfers/s, CPU per transfer ≤ 1.3 × "
+                                  "one store's ((c) on real Kafka, uniform) | transfers/s – ×, CPU – × | **missed** |")
+        rows = rows[:7] + rows[9:]  # the rows below, as they were before the scaling and shard rows
+        self.assertEqual(rows[7], "| p99 ≤ 250 ms at half load, in each run | (c) 109 ms; (c) on real Kafka 200 ms; "
+                                  "(d) 240 ms; (d) on real Kafka 230 ms | **met** |")
         self.assertEqual(rows[8], "| worker peak RSS ≤ 200 MiB at full load | 50 MiB | **met** |")
         self.assertTrue(rows[9].endswith("| shortest 70 s; last ÷ first third 0.95 to 0.95 | **met** |"))
         self.assertTrue(rows[10].endswith("| least scraped worker of a run: 0.98 scrapes/s | **met** |"))
+
+    def test_shards_and_scaling_met(self):
+        r = results()
+        r.add("e-4", 2, 60000, 900, 1800, "0.150", 51200, "-", "-", 70, "0.95", "1.00")
+        r.add("e-4", 3, 60000, 900, 1800, "0.150", 51200, "-", "-", 70, "0.95", "1.00")
+        r.add("g-uniform", 1, 7000, 900, 1800, "0.195", 51200, "-", "-", 70, "0.95", "1.00")
+        text = report.render(r, facts(), None)
+        self.assertIn("(e) | 20,000 / 51,000 / 60,000 | **met** |", text)
+        self.assertIn("| transfers/s 1.00 ×, CPU 1.30 × | **met** |", text)
+        self.assertIn("| (g) sagapool on two PostgreSQL shards (two servers), 2 workers, real Kafka | uniform | 7,000 |",
+                      text)
+
+    def test_d_under_the_floor_is_blocked(self):
+        r = results()
+        for config in ("fx-uniform", "fx-zipf"):
+            r.rows = [row for row in r.rows if row.config != config]
+            r.add(config, 1, 45000, "-", "-", "0.020", "-", "-", "-", 21, "0.97")
+        r.rows = [row for row in r.rows if not row.config.startswith("d-")]
+        r.add("d-uniform", 1, 30000, 900, 1800, "0.150", 51200, "-", "-", 70, "0.95", "1.00")
+        r.add("d-zipf", 1, 30000, 900, 1800, "0.150", 51200, "-", "-", 70, "0.95", "1.00")
+        rows = [line for line in report.render(r, facts(), None).splitlines() if line.startswith("| d ≥")]
+        self.assertEqual(len(rows), 2)
+        for row in rows:
+            self.assertTrue(row.endswith("; the floor is under the target | **blocked** |"), row)
 
     def test_one_half_load_run_over_250_misses_latency(self):
         r = results()
         r.add("half-d", 2, 25000, 50, 400, "0.104", 53248, 52, 251)
         rows = [line for line in report.render(r, facts(), None).splitlines() if line.startswith("| p99")]
-        self.assertEqual(rows, ["| p99 ≤ 250 ms at half load, in each run | (c) 109 ms; (d) 240, 251 ms | **missed** |"])
+        self.assertEqual(rows, ["| p99 ≤ 250 ms at half load, in each run | (c) 109 ms; (c) on real Kafka 200 ms; "
+                                "(d) 240, 251 ms; (d) on real Kafka 230 ms | **missed** |"])
+
+    def test_half_load_not_run_on_real_kafka_is_missed(self):
+        r = results()
+        r.rows = [row for row in r.rows if not row.config.startswith("halfk-")]
+        rows = [line for line in report.render(r, facts(), None).splitlines() if line.startswith("| p99")]
+        self.assertEqual(rows, ["| p99 ≤ 250 ms at half load, in each run | (c) 109 ms; (c) on real Kafka – ms; "
+                                "(d) 240 ms; (d) on real Kafka – ms | **missed** |"])
 
     def test_a_short_or_slowing_run_misses_sustained(self):
         for extra, why in (((59, "0.95", "1.00"), "59 s of 150,000"), ((70, "0.89", "1.00"), "slowing")):
@@ -106,7 +147,7 @@ class Render(unittest.TestCase):
 
     def test_figures(self):
         rows = self.section("## Figures")
-        self.assertEqual(len(rows), 2 + 21 + 2)
+        self.assertEqual(len(rows), 2 + 21 + 4)
         self.assertEqual(rows[2], "| (a) plain ACID transfer, pgbench, 32 clients | uniform | 4,000 | 2 ms | 4 ms "
                                   "| 0.210 | – |")
         self.assertEqual(rows[7], "| (c) sagapool on PostgreSQL, 2 workers, saga-broker | zipf | 9,000 | 850 ms "
@@ -120,15 +161,17 @@ class Render(unittest.TestCase):
                                             "commit | zipf | 60,000 |"))
         self.assertEqual(rows[22], "| (f) the same rows as schema version 3 wrote them (indexed by account and "
                                    "time), 5,000 per commit | zipf | 13,000 | – ms | – ms | 0.020 | – |")
-        self.assertEqual(rows[23], "| (c) at half load: 4,500/s offered for 20 s; latency after its first 2 s "
-                                   "| zipf | 4,400 | 59 ms | 109 ms | 0.317 | 21 MiB |")
+        self.assertEqual(rows[23], "| (c) at half load, saga-broker: 4,500/s offered for 20 s; latency after its "
+                                   "first 2 s | zipf | 4,400 | 59 ms | 109 ms | 0.317 | 21 MiB |")
+        self.assertEqual(rows[24], "| (c) at half load, real Kafka: 3,250/s offered for 20 s; latency after its "
+                                   "first 2 s | zipf | 3,200 | 66 ms | 200 ms | 0.320 | 21 MiB |")
 
     def test_every_run(self):
         rows = self.section("## Every run")
-        self.assertEqual(len(rows), 2 + 25)
+        self.assertEqual(len(rows), 2 + 27)
         self.assertEqual(rows[2], "| a-uniform | 1 | 4000 | 1.5 | 4.0 | – | 0.210 | – | – | – | – |")
         self.assertEqual(rows[7], "| c-uniform | 1 | 8000 | 900 | 1800 | – | 0.150 | 50 | 70 | 0.95 | 1.00 |")
-        self.assertEqual(rows[-1], "| half-d | 1 | 25000 | 50 | 281 | 52 / 240 | 0.104 | 52 | – | – | – |")
+        self.assertEqual(rows[-3], "| half-d | 1 | 25000 | 50 | 281 | 52 / 240 | 0.104 | 52 | – | – | – |")
 
     def test_commands_and_run_as(self):
         self.assertIn("pgbench -n -M prepared -c <best> -j <min(best, nproc)> -T 8 -D zipf=<0|1> "
