@@ -8,7 +8,9 @@ BALANCE = 1_000_000_000_000  # per account: no run can overdraw one, even under 
 PARTITIONS = 12
 STEADY_AFTER_MS = 2000  # steady-state latency leaves out the requests of a run's first 2 s
 # sagapool run sizes: what a store finishes in about RUN_S seconds, measured
-# by a CALIBRATE_N-transfer run, within TRANSFERS_MIN..TRANSFERS_MAX. The
+# by a CALIBRATE_N-transfer run (for the real-Kafka runs, by the median of
+# the store's saga-broker runs when that is faster), within
+# TRANSFERS_MIN..TRANSFERS_MAX. The
 # targets ask for sustained runs: SUSTAINED_S seconds or TRANSFERS_MAX
 # transfers at least; RUN_S leaves room for a calibration run that is slower
 # than the long ones.
@@ -18,6 +20,14 @@ CALIBRATE_N = 50_000
 TRANSFERS_MIN = 20_000
 TRANSFERS_MAX = 1_000_000
 MOCK_TRANSFERS_MAX = 150_000  # saga-broker's retention: see Bench.mock_n
+
+
+def run_size(rate: float) -> int:
+    """Transfers a store finishes in about RUN_S seconds at `rate`, within
+    TRANSFERS_MIN..TRANSFERS_MAX."""
+    return min(max(int(rate * RUN_S / 1000) * 1000, TRANSFERS_MIN), TRANSFERS_MAX)
+
+
 # The floor (f) commits as many transfers at once as a worker does at full
 # load (saga-worker's --batch-size default, workers/include/sagapool/worker.hpp),
 # and as many as a worker may (its --batch-size limit, workers/src/main.cpp);

@@ -147,8 +147,9 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w(f"in about one transfer in seven). Figures are medians of {o.reps} run(s) each{cut}.")
     w("Every sagapool run")
     w("ended with `sagactl audit` passing; the baselines' tables balanced after pgbench.")
-    calibrated = "" if o.transfers else (f" (what a {thousands(CALIBRATE_N)}-transfer calibration run said "
-                                         f"each store finishes in about {RUN_S} s)")
+    calibrated = "" if o.transfers else (f" (what each store finishes in about {RUN_S} s at the median rate of "
+                                         f"its saga-broker runs, or of a {thousands(CALIBRATE_N)}-transfer "
+                                         "calibration run where that is faster)")
     w(f"Each sagapool run on real Kafka moved N transfers: {thousands(f.run_n.get('postgres'))} on PostgreSQL, "
       f"{thousands(f.run_n.get('sqlite'))} on SQLite{calibrated};")
     w(f"on saga-broker at most {thousands(MOCK_TRANSFERS_MAX)}, as its retention of 5 MiB per partition allows "

@@ -10,7 +10,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import run  # noqa: E402
 from sagabench import options  # noqa: E402
+from sagabench import runs  # noqa: E402
 from sagabench.options import UsageError, parse  # noqa: E402
+from sagabench.results import Results  # noqa: E402
 
 
 class WorkerBatch(unittest.TestCase):
@@ -48,6 +50,30 @@ class Defaults(unittest.TestCase):
 
     def test_args_kept_for_the_report(self):
         self.assertEqual(parse(["--quick", "--reps", "2"], {}).args, ("--quick", "--reps", "2"))
+
+
+class RunSize(unittest.TestCase):
+    def test_seconds_of_work_in_whole_thousands_within_the_bounds(self):
+        self.assertEqual(options.run_size(10335.5), 775000)  # 75 s at the rate
+        self.assertEqual(options.run_size(100), options.TRANSFERS_MIN)
+        self.assertEqual(options.run_size(50000), options.TRANSFERS_MAX)
+
+    def test_sustained_runs_sized_from_the_saga_broker_runs_when_faster(self):
+        bench = runs.Bench.__new__(runs.Bench)  # no session: only the sizing is used
+        bench.opts = parse([], {})
+        bench.results = Results()
+        bench.run_n = {"postgres": 339000, "sqlite": 1000000}
+        for rep, tput in enumerate((4159, 10000, 11033), 1):
+            bench.results.add("c-uniform", rep, tput, 1, 1, "0.1", 1, "-", "-")
+        bench.results.add("c-zipf", 1, 10671, 1, 1, "0.1", 1, "-", "-")
+        bench.results.add("d-uniform", 1, 100, 1, 1, "0.1", 1, "-", "-")  # slower than the calibration
+        with contextlib.redirect_stdout(io.StringIO()):
+            bench.size_sustained_runs()
+        self.assertEqual(bench.run_n, {"postgres": 750000, "sqlite": 1000000})  # the lower middle: 10,000/s
+        bench.opts = parse(["--transfers", "5000"], {})
+        bench.run_n = {"postgres": 5000, "sqlite": 5000}
+        bench.size_sustained_runs()
+        self.assertEqual(bench.run_n, {"postgres": 5000, "sqlite": 5000})
 
 
 class Budget(unittest.TestCase):
