@@ -87,9 +87,7 @@ def hand_written(existing: str | None) -> str:
 
 def _store(config: str, f: Facts) -> str:
     kind = config.partition("-")[0]
-    if kind == "e":
-        return f.opts.scale_store
-    return {"c": "postgres", "ck": "postgres", "g": "postgres-shards"}.get(kind, "sqlite")
+    return f.opts.scale_store if kind == "e" else "postgres" if kind in ("c", "ck") else "sqlite"
 
 
 def describe(config: str, f: Facts) -> str:
@@ -181,7 +179,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     scale = [med(f"e-{n}", "tput") for n in (1, 2, 4)]
     w(f"| scaling on one {o.scale_name} store: transfers/s do not fall from 1 to 2 to 4 workers (e) | "
       f"{' / '.join(thousands(v) for v in scale)} | "
-      f"{verdict(_all(scale, lambda v: True) and float(scale[0]) <= float(scale[1]) <= float(scale[2]))} |")
+      f"{verdict(not any(map(_missing, scale)) and float(scale[0]) <= float(scale[1]) <= float(scale[2]))} |")
     g_tput = ratio(med("g-uniform", "tput"), ck_u)
     g_cpu = ratio(med("g-uniform", "cpu"), med("ck-uniform", "cpu"))
     w(f"| two PostgreSQL shards (g) ≥ one store's transfers/s, CPU per transfer ≤ 1.3 × one store's "
