@@ -51,16 +51,15 @@ SELECT id, source, destination, amount, currency, metadata, payload_hash, state,
   LIMIT $2;
 
 -- Unfinished transfers by creation; finished ones whose outcome is not yet
--- published by finish time (both from partial indexes).
+-- published by finish time. Read every scrape, so one pass over the partial
+-- index saga_transfers_recovery, whose predicate the WHERE repeats verbatim;
+-- the store runs it with sequential scans off (pg_store.cpp, state_stats).
 -- name: saga_state_stats
-SELECT state, count(*), coalesce(min(created_at_ms), 0), count(*) FILTER (WHERE lease_until_ms < (SELECT saga_now_ms()))
+SELECT state, count(*),
+       coalesce(min(CASE WHEN state IN ('done', 'canceled') THEN finished_at_ms ELSE created_at_ms END), 0),
+       count(*) FILTER (WHERE lease_until_ms < (SELECT saga_now_ms()))
   FROM saga_transfers
-  WHERE state IN ('initial', 'pending', 'applied', 'canceling')
-  GROUP BY state
-UNION ALL
-SELECT state, count(*), coalesce(min(finished_at_ms), 0), count(*) FILTER (WHERE lease_until_ms < (SELECT saga_now_ms()))
-  FROM saga_transfers
-  WHERE NOT notified AND state IN ('done', 'canceled')
+  WHERE state IN ('initial', 'pending', 'applied', 'canceling') OR NOT notified
   GROUP BY state;
 
 -- name: saga_scan_transfer_states

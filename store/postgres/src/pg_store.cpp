@@ -533,9 +533,18 @@ class PgStore final : public Store {
 
   Status state_stats(StateStatsTable& out) override {
     out = {};
-    Params p;
+    // Read every scrape: it must walk the recovery index, never the table.
+    // Until a store's first ANALYZE the planner guesses half the rows match
+    // and reads the whole table instead (220 ms at 588,000 transfers). A
+    // plain index scan, not a bitmap scan: it marks the entries of row
+    // versions no one can see any more (each published outcome leaves one),
+    // so the next reading skips them without visiting the table. SET LOCAL
+    // lasts as long as the query string's implicit transaction.
+    static const std::string sql =
+        std::string("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; ") +
+        pg::statement(Sql::state_stats).text;
     ResultPtr r;
-    if (Status s = run(Sql::state_stats, p, r, "state stats"); !s) return s;
+    if (Status s = simple(sql, "state stats", &r); !s) return s;
     for (int row = 0; row < PQntuples(r.get()); ++row) {
       const auto state = parse_transfer_state(pg::value(r.get(), row, 0));
       if (!state)
