@@ -595,6 +595,86 @@ TEST(PgStore, LeasesInsideALongScopeUseTheCurrentClock) {
   EXPECT_EQ(d->lease_until_ms, d->created_at_ms + 5'000);
 }
 
+// Transfers inserted in a scope are written behind: one finished in it is
+// written once, in its final state (the first row version of a fresh table:
+// ctid (0,1)), not inserted as `initial` and then updated; one left as
+// inserted is written at the commit as insert_transfers would have stored it.
+TEST(PgStore, ATransferInsertedAndFinishedInOneScopeIsWrittenOnce) {
+  auto [server, db, s] = fresh_database("written_once");
+  ASSERT_NE(s, nullptr);
+  SAGA_ASSERT_OK(s->begin_scope());
+  InsertResult inserted{};
+  SAGA_ASSERT_OK(insert_one(*s, spec("t-done"), "w1", 5'000, inserted));
+  EXPECT_EQ(inserted, InsertResult::inserted);
+  SAGA_ASSERT_OK(insert_one(*s, spec("t-left"), "w1", 5'000, inserted));
+  SAGA_ASSERT_OK(insert_one(*s, spec("t-done"), "w1", 5'000, inserted));
+  EXPECT_EQ(inserted, InsertResult::duplicate);  // named twice in one scope
+  const Transition finish{"t-done", TransferState::initial, TransferState::done, Reason::none, "w1", 1};
+  std::uint8_t applied = 0;
+  std::int64_t at_ms = 0;
+  SAGA_ASSERT_OK(s->transition(std::span(&finish, 1), 5'000, std::span(&applied, 1), &at_ms));
+  EXPECT_EQ(applied, 1);
+  SAGA_ASSERT_OK(s->end_scope(true));
+
+  EXPECT_EQ(psql_value(server, db, "SELECT ctid FROM saga_transfers WHERE id = 't-done'"), "(0,1)");
+  std::optional<TransferDoc> done, left;
+  SAGA_ASSERT_OK(s->load_transfer("t-done", done));
+  SAGA_ASSERT_OK(s->load_transfer("t-left", left));
+  ASSERT_TRUE(done && left);
+  EXPECT_EQ(done->state, TransferState::done);
+  EXPECT_EQ(done->finished_at_ms, at_ms);
+  EXPECT_EQ(done->lease_until_ms, at_ms + 5'000);
+  EXPECT_FALSE(done->notified);
+  EXPECT_EQ(done->epoch, 1);
+  EXPECT_EQ(left->state, TransferState::initial);
+  EXPECT_EQ(left->lease_until_ms, left->created_at_ms + 5'000);
+  EXPECT_EQ(left->owner, "w1");
+}
+
+// Two batches take the same new transfer at once (a partition handed over
+// mid-batch): the check lets both through, since neither has written it
+// yet. The one that waits on the other's accounts fails on the journal's
+// key when the other commits, as transient, not fatal; run again, it finds
+// a duplicate. The money moved once.
+TEST(PgStore, TwoBatchesTakingOneNewTransferMoveItsMoneyOnce) {
+  auto [server, db, a] = fresh_database("racing_duplicate");
+  ASSERT_NE(a, nullptr);
+  std::unique_ptr<Store> b = open_initialised(server.url(db));
+  ASSERT_NE(b, nullptr);
+  SAGA_ASSERT_OK(a->create_accounts(std::vector<Account>{make_account("acct-a", 1000), make_account("acct-b", 0)}));
+  const SettleRequest settle{"t-1", "acct-a", "acct-b", 100, ""};
+  const Transition finish{"t-1", TransferState::initial, TransferState::done, Reason::none, "w1", 1};
+  InsertResult inserted{};
+  SettleResult result_a, result_b;
+  std::uint8_t applied = 0;
+
+  SAGA_ASSERT_OK(a->begin_scope());
+  SAGA_ASSERT_OK(insert_one(*a, spec("t-1"), "w1", 5'000, inserted));
+  SAGA_ASSERT_OK(a->settle_sagas(std::span(&settle, 1), std::span(&result_a, 1)));
+  SAGA_ASSERT_OK(b->begin_scope());
+  SAGA_ASSERT_OK(insert_one(*b, spec("t-1"), "w2", 5'000, inserted));
+  EXPECT_EQ(inserted, InsertResult::inserted);  // a's is not written yet
+  Status settled_b;
+  std::thread waits([&] { settled_b = b->settle_sagas(std::span(&settle, 1), std::span(&result_b, 1)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // b waits on a's account locks
+  SAGA_ASSERT_OK(a->transition(std::span(&finish, 1), 5'000, std::span(&applied, 1), nullptr));
+  SAGA_ASSERT_OK(a->end_scope(true));
+  waits.join();
+  EXPECT_TRUE(settled_b.is_transient()) << settled_b.message();
+  SAGA_ASSERT_OK(b->end_scope(false));
+
+  SAGA_ASSERT_OK(b->begin_scope());
+  SAGA_ASSERT_OK(insert_one(*b, spec("t-1"), "w2", 5'000, inserted));
+  EXPECT_EQ(inserted, InsertResult::duplicate);
+  SAGA_ASSERT_OK(b->end_scope(true));
+  std::optional<Account> from, to;
+  SAGA_ASSERT_OK(a->load_account("acct-a", from));
+  SAGA_ASSERT_OK(a->load_account("acct-b", to));
+  ASSERT_TRUE(from && to);
+  EXPECT_EQ(from->balance, 900);
+  EXPECT_EQ(to->balance, 100);
+}
+
 // A connection lost inside a scope: that call and every later one fail as
 // transient without running anywhere (never outside the transaction), the
 // scope cannot commit, nothing of it is stored, and the store reconnects

@@ -20,6 +20,49 @@ UPDATE saga_meta SET ledger_id = $1, shard_index = $2, shard_count = $3;
 SELECT r
   FROM saga_insert_transfers($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::integer[], $11::bigint[], $12, $13) AS r;
 
+-- Inside a batch transaction, transfers are written behind (pg_store.cpp,
+-- "Transfers written behind"): this checks a batch against what is stored,
+-- one row per record in input order (0 new, 1 duplicate, 2 conflict, as
+-- saga_insert_transfers answers), with the server's time once.
+-- name: saga_check_transfers
+SELECT CASE
+    WHEN t.id IS NULL THEN 0::smallint
+    WHEN t.payload_hash = u.hash AND t.source = u.source AND t.destination = u.destination
+        AND t.amount = u.amount AND t.currency = u.currency AND t.metadata = u.metadata
+      THEN 1::smallint
+    ELSE 2::smallint END,
+  (SELECT saga_now_ms())
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY
+    AS u(id, source, destination, amount, currency, metadata, hash, n)
+  LEFT JOIN saga_transfers t ON t.id = u.id
+  ORDER BY u.n;
+
+-- ... and this writes them, once, in the state the batch left them in (a
+-- terminal one gets its finish time), owned at epoch 1; one still
+-- `initial` as saga_insert_transfers would have stored it when checked. One
+-- row: the time written ($17, or now) and the number of rows. No ON
+-- CONFLICT: an id a concurrent batch committed meanwhile fails the batch,
+-- which runs again and finds it a duplicate.
+-- name: saga_insert_fresh
+WITH now AS (SELECT coalesce($17::bigint, saga_now_ms()) AS v),
+ins AS (
+  INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata,
+      payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms,
+      last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic,
+      origin_partition, origin_offset)
+    SELECT u.id, u.source, u.destination, u.amount, u.currency, u.metadata, u.hash, u.state,
+        u.owner, 1, u.at + u.lease, NULLIF(u.reason, 'none'), u.created, u.at, u.requested,
+        CASE WHEN u.state IN ('done', 'canceled') THEN u.at END, 0, false, u.topic, u.part, u.off
+      FROM (SELECT x.*, CASE WHEN x.state = 'initial' THEN x.created ELSE now.v END AS at
+              FROM now, unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[],
+                  $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::integer[], $11::bigint[],
+                  $12::text[], $13::text[], $14::text[], $15::bigint[], $16::bigint[]) WITH ORDINALITY
+                AS x(id, source, destination, amount, currency, metadata, hash, requested, topic,
+                  part, off, state, reason, owner, lease, created, n)) u
+      ORDER BY u.n
+    RETURNING 1)
+SELECT (SELECT v FROM now), (SELECT count(*) FROM ins);
+
 -- name: saga_transition
 SELECT r
   FROM saga_transition_at($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7, $8) AS r;

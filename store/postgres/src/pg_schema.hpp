@@ -34,7 +34,8 @@ std::string_view functions();
 // Prepared statements: `-- name: saga_<enum name>` in sql/statements.sql.
 // One list: the enum, its count and the statement names (pg_schema.cpp).
 #define SAGA_PG_STATEMENTS(X)                                                               \
-  X(now) X(read_meta) X(write_topology) X(insert_transfers) X(transition) X(claim_expired) \
+  X(now) X(read_meta) X(write_topology) X(insert_transfers) X(check_transfers)           \
+  X(insert_fresh) X(transition) X(claim_expired)                                             \
   X(take_over) X(mark_notified) X(load_transfer) X(list_stale) X(state_stats)              \
   X(scan_transfer_states) X(apply_legs) X(settle) X(create_accounts) X(load_account) X(load_accounts)  \
   X(load_accounts_locked) X(set_locked) X(postings_for_transfer) X(postings_for_account)     \

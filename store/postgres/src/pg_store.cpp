@@ -318,10 +318,16 @@ class PgStore final : public Store {
     scope_ = Scope::open;
     begin_unsent_ = true;
     queued_.clear();
+    kept_.clear();
+    kept_index_.clear();
     return Status::ok();
   }
 
   Status end_scope(bool commit) override {
+    // A failure here marks the scope failed: rolled back below.
+    if (commit && scope_ == Scope::open) write_behind().ignore();
+    kept_.clear();
+    kept_index_.clear();
     const Scope was = scope_;
     scope_ = Scope::none;
     const bool nothing_sent = begin_unsent_;
@@ -386,6 +392,10 @@ class PgStore final : public Store {
     if (batch.size() > kStatementMax) {
       if (Status s = now_ms(now.emplace()); !s) return s;
     }
+    if (!kept_index_.empty()) {
+      if (all_kept_from_initial(batch)) return write_kept(batch, lease_ms, now, applied, at_ms);
+      if (Status s = write_behind(); !s) return s;
+    }
     return in_chunks(batch.size(), [&](std::size_t b, std::size_t n) {
       return transition_chunk(batch.subspan(b, n), lease_ms, now, applied.subspan(b, n), at_ms);
     });
@@ -394,6 +404,7 @@ class PgStore final : public Store {
   Status insert_transfers_chunk(std::span<const NewTransfer> batch, std::string_view owner,
                                 std::int64_t lease_ms, std::span<InsertResult> results) {
     if (batch.empty()) return Status::ok();
+    if (scope_ == Scope::open) return check_transfers_chunk(batch, owner, lease_ms, results);
     ArrayLiteral id, source, dest, amount, currency, metadata, hash, requested, topic, partition,
         offset;
     for (const NewTransfer& t : batch) {
@@ -469,8 +480,157 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
+  // ---- transfers written behind ---------------------------------------------
+  // Inside a scope, insert_transfers checks the batch against what is stored
+  // and keeps the new transfers here; transition() then writes each once, in
+  // the state the batch leaves it in. A saga run whole in the batch never
+  // stores `initial` only to overwrite it: one row version and one entry in
+  // the recovery index instead of two of each, and none in the indexes of
+  // unfinished work (bench/REPORT.md, "Transfers written once"). Any other
+  // read or write of transfers inside the scope, and its COMMIT, first
+  // writes what is kept (write_behind), as inserted.
+  // The check does not wait for another batch inserting the same id, as an
+  // insert would: that batch's settle or insert then fails on a unique key
+  // (OnUnique::retry), and the batch, run again, finds a duplicate.
+
+  Status check_transfers_chunk(std::span<const NewTransfer> batch, std::string_view owner,
+                               std::int64_t lease_ms, std::span<InsertResult> results) {
+    ArrayLiteral id, source, dest, amount, currency, metadata, hash;
+    for (const NewTransfer& t : batch) {
+      id.text(t.request.id);
+      source.text(t.request.from);
+      dest.text(t.request.to);
+      amount.int64(t.request.amount);
+      currency.text(t.request.currency);
+      metadata.text(t.request.metadata);
+      hash.int64(std::bit_cast<std::int64_t>(t.payload_hash));
+    }
+    Params p;
+    for (ArrayLiteral* a : {&id, &source, &dest, &amount, &currency, &metadata, &hash}) {
+      if (!add_array(p, std::move(*a))) return nul_byte("insert transfers");
+    }
+    ResultPtr r;
+    if (Status s = run(Sql::check_transfers, p, r, "insert transfers"); !s) return s;
+    if (Status s = check_rows(r.get(), batch.size(), "insert transfers"); !s) return s;
+    std::int64_t now = 0;
+    if (!pg::parse_int(pg::value(r.get(), 0, 1), now)) return fatal("insert transfers: unreadable clock");
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const std::string_view v = pg::value(r.get(), static_cast<int>(i), 0);
+      const NewTransfer& t = batch[i];
+      if (v == "1") {
+        results[i] = InsertResult::duplicate;
+      } else if (v == "2") {
+        results[i] = InsertResult::conflict;
+      } else if (v != "0") {
+        return fatal("insert transfers: unexpected result " + std::string(v));
+      } else if (auto it = kept_index_.find(t.request.id); it != kept_index_.end()) {
+        // Named earlier in this batch: compared with that one, as one by one.
+        const KeptTransfer& k = kept_[it->second];
+        const bool same = std::bit_cast<std::uint64_t>(k.hash) == t.payload_hash &&
+                          k.source == t.request.from && k.destination == t.request.to &&
+                          k.amount == t.request.amount && k.currency == t.request.currency &&
+                          k.metadata == t.request.metadata;
+        results[i] = same ? InsertResult::duplicate : InsertResult::conflict;
+      } else {
+        kept_index_.emplace(std::string(t.request.id), kept_.size());
+        kept_.push_back({std::string(t.request.id), std::string(t.request.from),
+                          std::string(t.request.to), std::string(t.request.currency),
+                          std::string(t.request.metadata), std::string(t.origin_topic),
+                          std::string(owner), t.request.amount,
+                          std::bit_cast<std::int64_t>(t.payload_hash), t.requested_at_ms,
+                          t.origin_partition, t.origin_offset, lease_ms, now});
+        results[i] = InsertResult::inserted;
+      }
+    }
+    return Status::ok();
+  }
+
+  // Every record is a kept transfer's first transition, from `initial` by
+  // its inserter (the batch's engine coalesces what came between).
+  bool all_kept_from_initial(std::span<const Transition> batch) {
+    kept_seen_.assign(kept_.size(), 0);
+    for (const Transition& t : batch) {
+      const auto it = kept_index_.find(t.id);
+      if (it == kept_index_.end() || t.from != TransferState::initial || t.epoch != 1 ||
+          t.owner != kept_[it->second].owner || kept_seen_[it->second]++ != 0) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  Status write_kept(std::span<const Transition> batch, std::int64_t lease_ms,
+                    std::optional<std::int64_t> now, std::span<std::uint8_t> applied,
+                    std::int64_t* at_ms) {
+    kept_writes_.clear();
+    for (const Transition& t : batch) {
+      kept_writes_.push_back({kept_index_.find(t.id)->second, t.to, t.reason, lease_ms});
+    }
+    if (Status s = write_kept_rows(now, at_ms); !s) return s;
+    std::fill(applied.begin(), applied.begin() + static_cast<std::ptrdiff_t>(batch.size()), 1);
+    return Status::ok();
+  }
+
+  // What is kept and not written yet, as insert_transfers would have stored it.
+  Status write_behind() {
+    if (kept_index_.empty()) return Status::ok();
+    kept_writes_.clear();
+    for (std::size_t i = 0; i < kept_.size(); ++i) {
+      const auto it = kept_index_.find(kept_[i].id);
+      if (it != kept_index_.end() && it->second == i) {
+        kept_writes_.push_back({i, TransferState::initial, Reason::none, kept_[i].lease_ms});
+      }
+    }
+    return write_kept_rows(std::nullopt, nullptr);
+  }
+
+  Status write_kept_rows(std::optional<std::int64_t> now, std::int64_t* at_ms) {
+    for (std::size_t b = 0; b < kept_writes_.size(); b += kStatementMax) {
+      const std::size_t n = std::min(kStatementMax, kept_writes_.size() - b);
+      ArrayLiteral id, source, dest, amount, currency, metadata, hash, requested, topic, partition,
+          offset, state, reason, owner, lease, created;
+      for (std::size_t w = b; w < b + n; ++w) {
+        const KeptWrite& kw = kept_writes_[w];
+        const KeptTransfer& k = kept_[kw.row];
+        id.text(k.id);
+        source.text(k.source);
+        dest.text(k.destination);
+        amount.int64(k.amount);
+        currency.text(k.currency);
+        metadata.text(k.metadata);
+        hash.int64(k.hash);
+        requested.int64(k.requested_at_ms);
+        topic.text(k.topic);
+        partition.int64(k.partition);
+        offset.int64(k.offset);
+        state.text(to_string(kw.state));
+        reason.text(to_string(kw.reason));
+        owner.text(k.owner);
+        lease.int64(kw.lease_ms);
+        created.int64(k.created_at_ms);
+      }
+      Params p;
+      for (ArrayLiteral* a : {&id, &source, &dest, &amount, &currency, &metadata, &hash, &requested,
+                              &topic, &partition, &offset, &state, &reason, &owner, &lease, &created}) {
+        if (!add_array(p, std::move(*a))) return nul_byte("write transfers");
+      }
+      p.int64_or_null(now);
+      ResultPtr r;
+      if (Status s = run(Sql::insert_fresh, p, r, "write transfers", OnUnique::retry); !s) return s;
+      std::int64_t time = 0, count = 0;
+      if (PQntuples(r.get()) != 1 || !pg::parse_int(pg::value(r.get(), 0, 0), time) ||
+          !pg::parse_int(pg::value(r.get(), 0, 1), count) || count != static_cast<std::int64_t>(n)) {
+        return fatal("write transfers: unexpected result");
+      }
+      if (at_ms != nullptr) *at_ms = time;
+      for (std::size_t w = b; w < b + n; ++w) kept_index_.erase(kept_[kept_writes_[w].row].id);
+    }
+    return Status::ok();
+  }
+
   Status claim_expired(std::string_view owner, std::int64_t lease_ms, std::size_t limit,
                        std::vector<TransferDoc>& out) override {
+    if (Status s = write_behind(); !s) return s;
     Params p;
     p.text(owner);
     p.int64(lease_ms);
@@ -479,6 +639,7 @@ class PgStore final : public Store {
 
   Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
                    std::optional<TransferDoc>& out) override {
+    if (Status s = write_behind(); !s) return s;
     out.reset();
     Params p;
     p.text(id);
@@ -498,6 +659,7 @@ class PgStore final : public Store {
   }
 
   Status mark_notified(std::span<const std::string_view> ids) override {
+    if (Status s = write_behind(); !s) return s;
     return in_chunks(ids.size(), [&](std::size_t b, std::size_t n) {
       return mark_notified_chunk(ids.subspan(b, n));
     });
@@ -515,6 +677,7 @@ class PgStore final : public Store {
   }
 
   Status load_transfer(std::string_view id, std::optional<TransferDoc>& out) override {
+    if (Status s = write_behind(); !s) return s;
     out.reset();
     Params p;
     p.text(id);
@@ -526,12 +689,14 @@ class PgStore final : public Store {
 
   Status list_stale(std::int64_t before_ms, std::size_t limit,
                     std::vector<TransferDoc>& out) override {
+    if (Status s = write_behind(); !s) return s;
     Params p;
     p.int64(before_ms);
     return fetch_limited(Sql::list_stale, p, limit, "list stale", out);
   }
 
   Status state_stats(StateStatsTable& out) override {
+    if (Status s = write_behind(); !s) return s;
     out = {};
     // Read every scrape: it must walk the recovery index, never the table.
     // Until a store's first ANALYZE the planner guesses half the rows match
@@ -561,6 +726,7 @@ class PgStore final : public Store {
 
   Status scan_transfer_states(
       const std::function<void(std::string_view, TransferState, bool)>& fn) override {
+    if (Status s = write_behind(); !s) return s;
     Params p;
     return scan(Sql::scan_transfer_states, p, "scan transfer states", [&](const PGresult* r) {
       const auto state = parse_transfer_state(pg::value(r, 0, 1));
@@ -657,7 +823,11 @@ class PgStore final : public Store {
       if (!add_array(p, std::move(*a))) return nul_byte("settle");
     }
     ResultPtr r;
-    if (Status s = run(Sql::settle, p, r, "settle", OnUnique::fatal); !s) return s;
+    // A posting or void already there: another batch took the same new
+    // transfer and committed first (its id was checked before that, and
+    // transfers are written behind). Run again, the batch finds it a
+    // duplicate.
+    if (Status s = run(Sql::settle, p, r, "settle", OnUnique::retry); !s) return s;
     if (Status s = check_rows(r.get(), batch.size(), "settle"); !s) return s;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const int row = static_cast<int>(i);
@@ -868,6 +1038,7 @@ class PgStore final : public Store {
   }
 
   Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
+    if (Status s = write_behind(); !s) return s;
     out.clear();
     Params p;
     p.int64(since_ms);
@@ -1408,6 +1579,26 @@ class PgStore final : public Store {
   };
   static constexpr std::size_t kQueuedMax = 4;  // a batch queues one (its outbox flags)
   std::vector<Queued> queued_;
+  // Transfers inserted in the open scope, not written yet (write_behind).
+  struct KeptTransfer {
+    std::string id, source, destination, currency, metadata, topic, owner;
+    std::int64_t amount = 0, hash = 0, requested_at_ms = 0, partition = 0, offset = 0, lease_ms = 0,
+                 created_at_ms = 0;
+  };
+  struct KeptWrite {
+    std::size_t row;  // in kept_
+    TransferState state;
+    Reason reason;
+    std::int64_t lease_ms;
+  };
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
+  };
+  std::vector<KeptTransfer> kept_;  // in insert order
+  std::unordered_map<std::string, std::size_t, StringHash, std::equal_to<>> kept_index_;  // unwritten
+  std::vector<KeptWrite> kept_writes_;
+  std::vector<std::uint8_t> kept_seen_;
 };
 
 }  // namespace
