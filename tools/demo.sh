@@ -86,7 +86,9 @@ pg_round_trips() {
   for n in $(seq "$SHARDS"); do
     line=$("$PG_BIN/psql" -XqAt -F' ' -d "${PG_URLS[$((n - 1))]}" -c "
       WITH ops(ord, op, pattern) AS (VALUES (1, 'insert', 'SELECT r FROM saga_insert_transfers(%'),
+        (1, 'insert', 'SELECT CASE%LEFT JOIN saga_transfers t ON t.id = u.id%'),
         (2, 'transition', 'SELECT r FROM saga_transition_at(%'),
+        (2, 'transition', 'WITH now AS (%INSERT INTO saga_transfers%'),
         (3, 'plan', 'SELECT % FROM saga_accounts WHERE id = ANY (%'),
         (3, 'plan', 'SELECT % FROM saga_load_accounts_locked(%'),
         (4, 'legs', 'SELECT % FROM saga_apply_legs(%'),
