@@ -704,12 +704,18 @@ class PgStore final : public Store {
     // plain index scan, not a bitmap scan: it marks the entries of row
     // versions no one can see any more (each published outcome leaves one),
     // so the next reading skips them without visiting the table. SET LOCAL
-    // lasts as long as the query string's implicit transaction.
+    // lasts as long as the query string's implicit transaction; inside a
+    // scope it would last to the scope's end, so there the plain statement.
     static const std::string sql =
         std::string("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; ") +
         pg::statement(Sql::state_stats).text;
     ResultPtr r;
-    if (Status s = simple(sql, "state stats", &r); !s) return s;
+    Params p;
+    if (Status s = scope_ == Scope::none ? simple(sql, "state stats", &r)
+                                         : run(Sql::state_stats, p, r, "state stats");
+        !s) {
+      return s;
+    }
     for (int row = 0; row < PQntuples(r.get()); ++row) {
       const auto state = parse_transfer_state(pg::value(r.get(), row, 0));
       if (!state)
