@@ -96,7 +96,8 @@ SELECT id, source, destination, amount, currency, metadata, payload_hash, state,
 -- Unfinished transfers by creation; finished ones whose outcome is not yet
 -- published by finish time. Read every scrape, so one pass over the partial
 -- index saga_transfers_recovery, whose predicate the WHERE repeats verbatim;
--- the store runs it with sequential scans off (pg_store.cpp, state_stats).
+-- the store runs it with sequential and bitmap scans off (pg_store.cpp,
+-- state_stats).
 -- name: saga_state_stats
 SELECT state, count(*),
        coalesce(min(CASE WHEN state IN ('done', 'canceled') THEN finished_at_ms ELSE created_at_ms END), 0),

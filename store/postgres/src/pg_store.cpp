@@ -405,24 +405,16 @@ class PgStore final : public Store {
                                 std::int64_t lease_ms, std::span<InsertResult> results) {
     if (batch.empty()) return Status::ok();
     if (scope_ == Scope::open) return check_transfers_chunk(batch, owner, lease_ms, results);
-    ArrayLiteral id, source, dest, amount, currency, metadata, hash, requested, topic, partition,
-        offset;
+    Params p;
+    if (!add_payload_arrays(batch, p)) return nul_byte("insert transfers");
+    ArrayLiteral requested, topic, partition, offset;
     for (const NewTransfer& t : batch) {
-      id.text(t.request.id);
-      source.text(t.request.from);
-      dest.text(t.request.to);
-      amount.int64(t.request.amount);
-      currency.text(t.request.currency);
-      metadata.text(t.request.metadata);
-      hash.int64(std::bit_cast<std::int64_t>(t.payload_hash));
       requested.int64(t.requested_at_ms);
       topic.text(t.origin_topic);
       partition.int64(t.origin_partition);
       offset.int64(t.origin_offset);
     }
-    Params p;
-    for (ArrayLiteral* a : {&id, &source, &dest, &amount, &currency, &metadata, &hash, &requested,
-                            &topic, &partition, &offset}) {
+    for (ArrayLiteral* a : {&requested, &topic, &partition, &offset}) {
       if (!add_array(p, std::move(*a))) return nul_byte("insert transfers");
     }
     p.text(owner);
@@ -493,8 +485,8 @@ class PgStore final : public Store {
   // insert would: that batch's settle or insert then fails on a unique key
   // (OnUnique::retry), and the batch, run again, finds a duplicate.
 
-  Status check_transfers_chunk(std::span<const NewTransfer> batch, std::string_view owner,
-                               std::int64_t lease_ms, std::span<InsertResult> results) {
+  // The requests' payloads, parameters $1-$7 of both the insert and the check.
+  static bool add_payload_arrays(std::span<const NewTransfer> batch, Params& p) {
     ArrayLiteral id, source, dest, amount, currency, metadata, hash;
     for (const NewTransfer& t : batch) {
       id.text(t.request.id);
@@ -505,10 +497,16 @@ class PgStore final : public Store {
       metadata.text(t.request.metadata);
       hash.int64(std::bit_cast<std::int64_t>(t.payload_hash));
     }
-    Params p;
     for (ArrayLiteral* a : {&id, &source, &dest, &amount, &currency, &metadata, &hash}) {
-      if (!add_array(p, std::move(*a))) return nul_byte("insert transfers");
+      if (!add_array(p, std::move(*a))) return false;
     }
+    return true;
+  }
+
+  Status check_transfers_chunk(std::span<const NewTransfer> batch, std::string_view owner,
+                               std::int64_t lease_ms, std::span<InsertResult> results) {
+    Params p;
+    if (!add_payload_arrays(batch, p)) return nul_byte("insert transfers");
     ResultPtr r;
     if (Status s = run(Sql::check_transfers, p, r, "insert transfers"); !s) return s;
     if (Status s = check_rows(r.get(), batch.size(), "insert transfers"); !s) return s;
