@@ -318,13 +318,12 @@ class PgStore final : public Store {
     scope_ = Scope::open;
     begin_unsent_ = true;
     queued_.clear();
-    kept_.clear();
-    kept_index_.clear();
     return Status::ok();
   }
 
   Status end_scope(bool commit) override {
-    // A failure here marks the scope failed: rolled back below.
+    // A failure here marks the scope failed: rolled back below. Every scope
+    // ends here, so this is the one place the kept transfers are dropped.
     if (commit && scope_ == Scope::open) write_behind().ignore();
     kept_.clear();
     kept_index_.clear();
