@@ -57,8 +57,11 @@ class Bench:
     def start_postgres(self) -> None:
         say("starting two throwaway PostgreSQL servers (default durability): the store, and a second shard for (g)")
         # no pg_stat_statements: measure the server as deployed
-        self.pg = Postgres(self.work, "pg", ["-c max_connections=200"])
-        self.pg2 = Postgres(self.work, "pg2", ["-c max_connections=200"])
+        # Every autovacuum in the server log: a suspect of the slow runs
+        # (REPORT.md, "Slow PostgreSQL runs").
+        server_opts = ["-c max_connections=200", "-c log_autovacuum_min_duration=0"]
+        self.pg = Postgres(self.work, "pg", server_opts)
+        self.pg2 = Postgres(self.work, "pg2", server_opts)
         for server in (self.pg, self.pg2):
             self.s.servers.append(server)
             server.start()
