@@ -357,6 +357,38 @@ TEST(PgStore, TheStateGaugesNeverReadTheWholeTable) {
   EXPECT_LT(reading(), table_pages / 10);
 }
 
+// Marking outcomes published finds its rows by primary key, whatever the
+// statistics say. An autovacuum that saw every outcome published made the
+// recovery index look empty, and the statement's generic plan (a prepared
+// statement's plan after five calls) then walked that index, comparing
+// each entry with the id list one element at a time: 1.0-1.7 s a call for
+// 5,000 ids, until the run's end (bench/REPORT.md, "The slow runs"). Here
+// every plan is generic, and auto_explain logs the store's own.
+TEST(PgStore, MarkingOutcomesPublishedFindsThemByIdWhateverTheStatistics) {
+  PgServer server({"shared_preload_libraries=auto_explain", "auto_explain.log_min_duration=0",
+                   "plan_cache_mode=force_generic_plan"});
+  const std::string db = "notified";
+  auto s = open_initialised(server.create_database(db));
+  ASSERT_NE(s, nullptr);
+  psql_value(server, db,
+             "INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata, "
+             "payload_hash, state, owner, epoch, lease_until_ms, created_at_ms, last_modified_ms, "
+             "requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, "
+             "origin_offset) SELECT 't-' || g, 'a', 'b', 1, '', '', 0, 'done', 'w', 1, g, g, g, g, g, "
+             "1, false, 'transfers.requests', 0, g FROM generate_series(1, 20000) AS g; "
+             "UPDATE saga_transfers SET notified = true WHERE id <> 't-7'");
+  psql_value(server, db, "VACUUM ANALYZE saga_transfers");  // what autovacuum does
+  const std::vector<std::string_view> ids = {"t-7"};
+  SAGA_ASSERT_OK(s->mark_notified(ids));
+  EXPECT_EQ(psql_value(server, db, "SELECT count(*) FROM saga_transfers WHERE NOT notified"), "0");
+  const std::string log = server.log();
+  const std::size_t at = log.find("Query Text: UPDATE saga_transfers SET notified = true WHERE id = ANY");
+  ASSERT_NE(at, std::string::npos) << "auto_explain logged no plan of the store's statement";
+  const std::string plan = log.substr(at, log.find("LOG:", at) - at);
+  EXPECT_TRUE(contains(plan, "saga_transfers_pkey")) << plan;
+  EXPECT_FALSE(contains(plan, "saga_transfers_recovery")) << plan;
+}
+
 // Every batch call is one statement and so one transaction: a write
 // transaction takes exactly one transaction id. psql's own reads of the
 // counter take one each.

@@ -76,10 +76,17 @@ UPDATE saga_transfers SET owner = $2, epoch = epoch + 1, attempts = attempts + 1
   WHERE id = $1 AND state IN ('initial', 'pending', 'applied', 'canceling')
   RETURNING id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset;
 
+-- By primary key, whatever the statistics say. Spelled `NOT notified`, the
+-- filter let the planner walk saga_transfers_recovery instead (its predicate
+-- follows from it): after an autovacuum that found every outcome published
+-- the index looked empty, and the generic plan checked each of its entries
+-- against the whole id list, 1.0-1.7 s a call for 5,000 ids (bench/REPORT.md,
+-- "The slow runs"). `IS NOT TRUE` (notified is never NULL) proves nothing
+-- about that predicate, so only the primary key finds the rows.
 -- name: saga_mark_notified
 UPDATE saga_transfers SET notified = true
   WHERE id = ANY ($1::text[])
-  AND NOT notified AND state IN ('done', 'canceled');
+  AND notified IS NOT TRUE AND state IN ('done', 'canceled');
 
 -- name: saga_load_transfer
 SELECT id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset
