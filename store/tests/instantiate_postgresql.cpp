@@ -48,6 +48,19 @@ std::unique_ptr<Store> open_initialised(const std::string& url) {
   return s;
 }
 
+// Finished transfers t-1 .. t-n, every outcome published but t-7's, each
+// publication leaving a dead entry in the recovery index, as in a running
+// store.
+void insert_published_history(const PgServer& server, const std::string& db, int n) {
+  psql_value(server, db,
+             "INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata, "
+             "payload_hash, state, owner, epoch, lease_until_ms, created_at_ms, last_modified_ms, "
+             "requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, "
+             "origin_offset) SELECT 't-' || g, 'a', 'b', 1, '', '', 0, 'done', 'w', 1, g, g, g, g, g, "
+             "1, false, 'transfers.requests', 0, g FROM generate_series(1, " +
+                 std::to_string(n) + ") AS g; UPDATE saga_transfers SET notified = true WHERE id <> 't-7'");
+}
+
 // A case's own database on the shared server, named after `base`,
 // initialised, and a store on it (null if that failed).
 struct FreshDatabase {
@@ -328,13 +341,7 @@ TEST(PgStore, TheStateGaugesNeverReadTheWholeTable) {
   const std::string db = "gauges";
   auto s = open_initialised(server.create_database(db));
   ASSERT_NE(s, nullptr);
-  psql_value(server, db,
-             "INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata, "
-             "payload_hash, state, owner, epoch, lease_until_ms, created_at_ms, last_modified_ms, "
-             "requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, "
-             "origin_offset) SELECT 't-' || g, 'a', 'b', 1, '', '', 0, 'done', 'w', 1, g, g, g, g, g, "
-             "1, false, 'transfers.requests', 0, g FROM generate_series(1, 200000) AS g; "
-             "UPDATE saga_transfers SET notified = true WHERE id <> 't-7'");
+  insert_published_history(server, db, 200000);
   psql_value(server, db, "CREATE EXTENSION pg_stat_statements");
   const long long table_pages =
       std::stoll(psql_value(server, db, "SELECT pg_relation_size('saga_transfers') / 8192"));
@@ -370,13 +377,7 @@ TEST(PgStore, MarkingOutcomesPublishedFindsThemByIdWhateverTheStatistics) {
   const std::string db = "notified";
   auto s = open_initialised(server.create_database(db));
   ASSERT_NE(s, nullptr);
-  psql_value(server, db,
-             "INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata, "
-             "payload_hash, state, owner, epoch, lease_until_ms, created_at_ms, last_modified_ms, "
-             "requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, "
-             "origin_offset) SELECT 't-' || g, 'a', 'b', 1, '', '', 0, 'done', 'w', 1, g, g, g, g, g, "
-             "1, false, 'transfers.requests', 0, g FROM generate_series(1, 20000) AS g; "
-             "UPDATE saga_transfers SET notified = true WHERE id <> 't-7'");
+  insert_published_history(server, db, 20000);
   psql_value(server, db, "VACUUM ANALYZE saga_transfers");  // what autovacuum does
   const std::vector<std::string_view> ids = {"t-7"};
   SAGA_ASSERT_OK(s->mark_notified(ids));
