@@ -57,8 +57,8 @@ class Bench:
     def start_postgres(self) -> None:
         say("starting two throwaway PostgreSQL servers (default durability): the store, and a second shard for (g)")
         # no pg_stat_statements: measure the server as deployed
-        # Every autovacuum in the server log: a suspect of the slow runs
-        # (REPORT.md, "Slow PostgreSQL runs").
+        # Every autovacuum in the server log: a kept folder (--keep) shows
+        # which run met one (REPORT.md, "The slow runs").
         server_opts = ["-c max_connections=200", "-c log_autovacuum_min_duration=0"]
         self.pg = Postgres(self.work, "pg", server_opts)
         self.pg2 = Postgres(self.work, "pg2", server_opts)

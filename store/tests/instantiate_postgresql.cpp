@@ -368,7 +368,7 @@ TEST(PgStore, TheStateGaugesNeverReadTheWholeTable) {
 // statistics say. An autovacuum that saw every outcome published made the
 // recovery index look empty, and the statement's generic plan (a prepared
 // statement's plan after five calls) then walked that index, comparing
-// each entry with the id list one element at a time: 1.0-1.7 s a call for
+// each entry with the id list one element at a time: 0.3-18 s a call for
 // 5,000 ids, until the run's end (bench/REPORT.md, "The slow runs"). Here
 // every plan is generic, and auto_explain logs the store's own.
 TEST(PgStore, MarkingOutcomesPublishedFindsThemByIdWhateverTheStatistics) {

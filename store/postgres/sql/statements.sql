@@ -80,7 +80,7 @@ UPDATE saga_transfers SET owner = $2, epoch = epoch + 1, attempts = attempts + 1
 -- filter let the planner walk saga_transfers_recovery instead (its predicate
 -- follows from it): after an autovacuum that found every outcome published
 -- the index looked empty, and the generic plan checked each of its entries
--- against the whole id list, 1.0-1.7 s a call for 5,000 ids (bench/REPORT.md,
+-- against the whole id list, 0.3-18 s a call for 5,000 ids (bench/REPORT.md,
 -- "The slow runs"). `IS NOT TRUE` (notified is never NULL) proves nothing
 -- about that predicate, so only the primary key finds the rows.
 -- name: saga_mark_notified
