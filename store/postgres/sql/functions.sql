@@ -348,14 +348,21 @@ BEGIN
   -- One sort, not one per array: ordered by n in the subquery, which the
   -- server never flattens (it has ORDER BY) and never runs in parallel (it
   -- reads a temporary table), so the aggregates read its rows in that order.
+  -- Each lookup is a subquery per pair (LIMIT: never turned into a join), so
+  -- it probes by key whatever the statistics say: as a join, an ANALYZE that
+  -- found saga_pending without live entries made the generic plan compare
+  -- every pair with every entry, 1-3.5 s a call as cross-shard sagas filled
+  -- the table (bench/REPORT.md, "The eleventh session").
   SELECT array_agg(x.debit), array_agg(coalesce(x.credit, false)),
       array_agg(coalesce(x.rev, false)), array_agg(coalesce(x.vdebit, false)),
       array_agg(coalesce(x.vcredit, false)), array_agg(x.held), array_agg(x.is_real)
     INTO q_debit, q_credit, q_rev, q_vdebit, q_vcredit, q_held, q_real
     FROM (SELECT y.n, j.debit, j.credit, j.rev, v.vdebit, v.vcredit,
-              coalesce(t.reserved, e.reserved) AS held, e.account_id IS NOT NULL AS is_real
+              coalesce(t.reserved, e.reserved) AS held, e.reserved IS NOT NULL AS is_real
             FROM unnest(q_tr, q_acc, q_need) WITH ORDINALITY AS y(tr, acc, need, n)
-            LEFT JOIN saga_pending e ON e.account_id = y.acc AND e.transfer_id = y.tr
+            LEFT JOIN LATERAL (
+              SELECT e.reserved FROM saga_pending e
+                WHERE e.account_id = y.acc AND e.transfer_id = y.tr LIMIT 1) e ON true
             LEFT JOIN pg_temp.saga_scope_pending t
               ON t.account_id = y.acc AND t.transfer_id = y.tr
             LEFT JOIN LATERAL (
