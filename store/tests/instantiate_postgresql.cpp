@@ -392,9 +392,9 @@ TEST(PgStore, MarkingOutcomesPublishedFindsThemByIdWhateverTheStatistics) {
 
 // Applying legs finds each pair's pending entry by primary key, whatever
 // the statistics say. An autovacuum that found saga_pending with pages but
-// no live entry (after a warm-up) made the planner take it for one row, and
+// almost no live entry made the planner take it for one row, and
 // the legs' generic plan then compared every pair with every entry of a
-// whole-index scan: as cross-shard sagas filled the table, 1-3.5 s a call
+// whole-index scan: as cross-shard sagas filled the table, 0.6-2.3 s a call
 // until the next autovacuum (bench/REPORT.md, "The eleventh session").
 // Here the table gets that state, the session makes its generic plan (the
 // sixth call), and the table fills before the last call.

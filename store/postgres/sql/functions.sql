@@ -351,7 +351,7 @@ BEGIN
   -- Each lookup is a subquery per pair (LIMIT: never turned into a join), so
   -- it probes by key whatever the statistics say: as a join, an ANALYZE that
   -- found saga_pending without live entries made the generic plan compare
-  -- every pair with every entry, 1-3.5 s a call as cross-shard sagas filled
+  -- every pair with every entry, 0.6-2.3 s a call as cross-shard sagas filled
   -- the table (bench/REPORT.md, "The eleventh session").
   SELECT array_agg(x.debit), array_agg(coalesce(x.credit, false)),
       array_agg(coalesce(x.rev, false)), array_agg(coalesce(x.vdebit, false)),
