@@ -61,6 +61,14 @@ void insert_published_history(const PgServer& server, const std::string& db, int
                  std::to_string(n) + ") AS g; UPDATE saga_transfers SET notified = true WHERE id <> 't-7'");
 }
 
+// The last plan auto_explain logged for a statement whose text starts with
+// `query` (empty if none): from its "Query Text:" line to the next entry.
+std::string logged_plan(const PgServer& server, const std::string& query) {
+  const std::string log = server.log();
+  const std::size_t at = log.rfind("Query Text: " + query);
+  return at == std::string::npos ? std::string() : log.substr(at, log.find("LOG:", at) - at);
+}
+
 // A case's own database on the shared server, named after `base`,
 // initialised, and a store on it (null if that failed).
 struct FreshDatabase {
@@ -382,10 +390,8 @@ TEST(PgStore, MarkingOutcomesPublishedFindsThemByIdWhateverTheStatistics) {
   const std::vector<std::string_view> ids = {"t-7"};
   SAGA_ASSERT_OK(s->mark_notified(ids));
   EXPECT_EQ(psql_value(server, db, "SELECT count(*) FROM saga_transfers WHERE NOT notified"), "0");
-  const std::string log = server.log();
-  const std::size_t at = log.find("Query Text: UPDATE saga_transfers SET notified = true WHERE id = ANY");
-  ASSERT_NE(at, std::string::npos) << "auto_explain logged no plan of the store's statement";
-  const std::string plan = log.substr(at, log.find("LOG:", at) - at);
+  const std::string plan = logged_plan(server, "UPDATE saga_transfers SET notified = true WHERE id = ANY");
+  ASSERT_FALSE(plan.empty()) << "auto_explain logged no plan of the store's statement";
   EXPECT_TRUE(contains(plan, "saga_transfers_pkey")) << plan;
   EXPECT_FALSE(contains(plan, "saga_transfers_recovery")) << plan;
 }
@@ -428,10 +434,8 @@ TEST(PgStore, ApplyingLegsFindsPendingEntriesByKeyWhateverTheStatistics) {
     SAGA_ASSERT_OK(s->apply_legs(legs, results));
     for (const LegResult& r : results) ASSERT_EQ(r.status, LegStatus::posted);
   }
-  const std::string log = server.log();
-  const std::size_t at = log.rfind("Query Text: SELECT array_agg(x.debit)");
-  ASSERT_NE(at, std::string::npos) << "auto_explain logged no plan of the legs' journal read";
-  const std::string plan = log.substr(at, log.find("LOG:", at) - at);
+  const std::string plan = logged_plan(server, "SELECT array_agg(x.debit)");
+  ASSERT_FALSE(plan.empty()) << "auto_explain logged no plan of the legs' journal read";
   EXPECT_TRUE(contains(plan, "Index Scan using saga_pending_pkey on saga_pending e")) << plan;
   EXPECT_TRUE(contains(plan, "Index Cond: ((account_id = y.acc) AND (transfer_id = y.tr))")) << plan;
   EXPECT_FALSE(contains(plan, "(e.account_id = y.acc)")) << plan;  // a join filter: every entry, each pair
