@@ -171,7 +171,10 @@ Status KafkaProducer::create(const KafkaProducerOptions& options, DeliveryHandle
       {"client.id", options.client_id},
       {"enable.idempotence", "true"},
       {"compression.type", "lz4"},
-      {"linger.ms", "5"},
+      // Outcomes are small and many: a longer wait makes fewer, larger
+      // produce requests, whose per-request cost the broker pays
+      // (bench/REPORT.md, "The thirteenth session").
+      {"linger.ms", "25"},
       {"batch.num.messages", "10000"},
       {"queue.buffering.max.messages", "500000"},
   };

@@ -71,7 +71,7 @@ struct KafkaProducerOptions {
 class KafkaProducer {
  public:
   // Defaults (each overridable through kafka_opts): enable.idempotence=true,
-  // compression.type=lz4, linger.ms=5, batch.num.messages=10000,
+  // compression.type=lz4, linger.ms=25, batch.num.messages=10000,
   // queue.buffering.max.messages=500000. `handler` may be null (reports are
   // then only counted).
   static Status create(const KafkaProducerOptions& options, DeliveryHandler* handler,
