@@ -38,8 +38,8 @@ Status Consumer::create(const ConsumerOptions& options, std::unique_ptr<Consumer
       {"heartbeat.interval.ms", "1000"},
       {"max.poll.interval.ms", "300000"},
       // A fetch waits for 64 KiB or 50 ms: under moderate load the broker
-      // then answers a few fetches a second per worker, not one per
-      // handful of requests (bench/REPORT.md, "The thirteenth session").
+      // answers fewer, fuller fetches, and spends less CPU on them
+      // (bench/REPORT.md, "The thirteenth session").
       {"fetch.wait.max.ms", "50"},
       {"fetch.min.bytes", "65536"},
       // Prefetch per partition, each read from its own queue (librdkafka
