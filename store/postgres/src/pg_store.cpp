@@ -55,6 +55,9 @@ constexpr std::chrono::seconds kOpenWaitDefault{10};
 constexpr std::string_view kLockTimeout = "10s";
 constexpr std::string_view kBatchIdleTimeout = "5s";
 constexpr std::string_view kBatchStatementTimeout = "60s";
+// Schema migrations (PgStore::migrate).
+constexpr std::string_view kMigrationLockTimeout = "2s";
+constexpr std::chrono::seconds kMigrationPatience{120};
 
 // The most records one statement carries: bounds its size (at most ~45 MiB
 // of parameters with 4 KiB of metadata per transfer). A call with more runs
@@ -184,17 +187,40 @@ class PgStore final : public Store {
   Status init_schema() override { return migrate(false); }
   Status contract_schema() override { return migrate(true); }
 
+  // A migration runs beside the workers (the expand step of a rolling
+  // upgrade): its table locks can lose a deadlock to a worker's batch, or
+  // wait out kMigrationLockTimeout behind a long one. The whole transaction
+  // is then repeated, with a growing pause, for up to kMigrationPatience.
+  Status migrate(bool contract) {
+    const auto deadline = Clock::now() + kMigrationPatience;
+    std::chrono::milliseconds wait{250};
+    for (int attempt = 1;; ++attempt) {
+      Status s = migrate_once(contract);
+      if (s.kind() != ErrorKind::retry_call || Clock::now() + wait > deadline) return s;
+      spdlog::warn("{}; repeating the migration in {} ms (attempt {})", s.message(), wait.count(),
+                   attempt);
+      std::this_thread::sleep_for(wait);
+      wait = std::min(wait * 2, std::chrono::milliseconds(4000));
+    }
+  }
+
   // init (contract = false): every expand step up to this build's version,
   // then this build's functions. A store made from nothing is contracted at
   // once. contract: the contract steps above the floor, then the floor
   // raised to this build's version.
-  Status migrate(bool contract) {
+  Status migrate_once(bool contract) {
     const char* op = contract ? "contract schema" : "init schema";
     if (scope_ != Scope::none) return fatal(std::string(op) + ": not possible inside a batch transaction");
     if (Status s = simple("BEGIN", op); !s) return s;
     Transaction tx(*this);
     if (Status s = simple("SELECT pg_advisory_xact_lock(" + std::to_string(pg::kSchemaLockKey) + ")",
                           std::string(op) + ": lock");
+        !s)
+      return s;
+    // A table lock request queues every later batch behind it: a short
+    // wait bounds how long the workers stall for each attempt.
+    if (Status s = simple("SET LOCAL lock_timeout = '" + std::string(kMigrationLockTimeout) + "'",
+                          std::string(op) + ": lock timeout");
         !s)
       return s;
     if (Status s = simple(std::string(pg::kCreateMeta), std::string(op) + ": meta table"); !s) return s;

@@ -9,6 +9,11 @@
 -- new row version there (HOT): no new index entry per update. fillfactor
 -- applies to pages written from now on; `VACUUM FULL saga_accounts` (which
 -- locks the table) applies it to the pages a store already has.
+-- Dropping a foreign key locks the referenced table too. Batches lock
+-- saga_accounts before they read or write the other two: taken in that
+-- order here, the step waits for running batches instead of holding
+-- saga_postings while one of them waits for it (a deadlock).
+LOCK TABLE saga_accounts, saga_pending, saga_postings IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE saga_postings DROP CONSTRAINT IF EXISTS saga_postings_account_id_fkey;
 ALTER TABLE saga_pending DROP CONSTRAINT IF EXISTS saga_pending_account_id_fkey;
 ALTER TABLE saga_accounts SET (fillfactor = 70);
