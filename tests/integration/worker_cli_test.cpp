@@ -33,6 +33,7 @@ TEST(WorkerCli, BadFlagsExitTwoWithOneLine) {
            {"--brokers", "x", "--group", "g", "--store", "sqlite:a", "--lease", "soon"},
            {"--brokers", "x", "--group", "g", "--store", "sqlite:a", "--batch-size", "0"},
            {"--brokers", "x", "--group", "g", "--store", "sqlite:a", "--log-format", "xml"},
+           {"--brokers", "x", "--group", "g", "--store", "sqlite:a", "--store-lanes", "9"},
            {"--brokers", "x", "--group", "g", "--store", "sqlite:a", "--kafka-opt", "novalue"},
            {"--brokers", "x", "--group", "g", "--store", "mysql://h/db"},
            {"--no-such-flag"}}) {
@@ -62,6 +63,21 @@ TEST(WorkerCli, UnusableStoreIsOneClearLine) {
                                     "sqlite:" + (dir / "fresh.db").string()});
   EXPECT_EQ(uninitialised.exit_code, 2) << uninitialised.output;
   EXPECT_NE(uninitialised.output.find("sagactl init"), std::string::npos) << uninitialised.output;
+}
+
+// Lanes run a batch as concurrent transactions: SQLite takes one writer at
+// a time, and shards commit each step on its own.
+TEST(WorkerCli, LanesOnAStoreThatCannotTakeThemAreRefused) {
+  TempDir dir;
+  const std::string url = "sqlite:" + (dir / "ledger.db").string();
+  std::unique_ptr<Ledger> ledger;
+  ASSERT_TRUE(Ledger::open({url}, ledger).is_ok());
+  ASSERT_TRUE(ledger->init().is_ok());
+  RunResult r = worker({"--brokers", "127.0.0.1:1", "--group", "g", "--store", url, "--store-lanes", "2"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--store-lanes: more than 1 needs a single PostgreSQL store"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(lines(r.output), 1) << r.output;
 }
 
 TEST(WorkerCli, UnreachableBrokerIsOneClearLine) {

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   std::string lease = "30s", recovery = "1s", drain = "20s", broker_timeout = "15s";
   std::string imbalance_interval = "15s";
   std::string metrics_addr = "0.0.0.0:9464", log_format = "text";
+  std::size_t store_lanes = 0;
   o.worker_id = default_worker_id();
   app.add_option("--brokers", o.brokers, "Kafka bootstrap servers (host:port,...)")->required();
   app.add_option("--group", o.group, "consumer group id shared by the worker pool")->required();
@@ -72,6 +73,10 @@ int main(int argc, char** argv) {
   app.add_option("--lease", lease, "how long a claim lasts before another worker may recover it")->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "requests per batch (1..10000)")
       ->check(CLI::Range(1, 10000))->capture_default_str();
+  app.add_option("--store-lanes", store_lanes,
+                 "transactions a batch runs in side by side, split by partition (1..8); "
+                 "0: 2 on one PostgreSQL store, else 1")
+      ->check(CLI::Range(0, 8))->capture_default_str();
   app.add_option("--recovery-interval", recovery, "how often to look for expired leases")->capture_default_str();
   app.add_option("--drain-timeout", drain, "SIGTERM: deadline to publish and leave the group")->capture_default_str();
   app.add_option("--broker-timeout", broker_timeout, "start-up: how long to wait for a broker")->capture_default_str();
@@ -114,6 +119,17 @@ int main(int argc, char** argv) {
   std::unique_ptr<Ledger> ledger;
   if (Status s = Ledger::open(stores, ledger); !s) return bad(s.message());
   if (Status s = ledger->verify_topology(); !s) return bad(s.message());
+  const bool lanes_possible = ledger->shard_count() == 1 && ledger->transfers().supports_scope() &&
+                              ledger->transfers().concurrent_scopes();
+  if (store_lanes == 0) store_lanes = lanes_possible ? 2 : 1;
+  if (store_lanes > 1 && !lanes_possible) {
+    return bad("--store-lanes: more than 1 needs a single PostgreSQL store (SQLite takes one "
+               "writer at a time; shards commit each step on its own)");
+  }
+  std::vector<std::unique_ptr<Ledger>> lane_ledgers(store_lanes - 1);
+  for (auto& lane : lane_ledgers) {
+    if (Status s = Ledger::open(stores, lane); !s) return bad(s.message());
+  }
   // In the registry (the first store) until a clean exit; see registration.hpp.
   std::unique_ptr<WorkerRegistration> registration;
   if (Status s = WorkerRegistration::start(stores.front(), o.worker_id, o.lease_ms, registration); !s) {
@@ -178,6 +194,7 @@ int main(int argc, char** argv) {
   SystemClock clock;
   WorkerIo io;
   io.clock = &clock;
+  io.lane_ledgers = std::move(lane_ledgers);
   if (Status s = KafkaMessageOutput::create(o, io.output); !s) return bad(s.message());
   if (Status s = KafkaRequestSource::create(o, io.source); !s) return bad(s.message());
   auto worker = std::make_unique<Worker>(o, *ledger, probe, std::move(io));
@@ -202,8 +219,8 @@ int main(int argc, char** argv) {
     std::_Exit(1);
   }).detach();
 
-  spdlog::info("worker {} started: group {}, {} store(s), batch {}, lease {}ms", o.worker_id, o.group,
-               stores.size(), o.batch_size, o.lease_ms);
+  spdlog::info("worker {} started: group {}, {} store(s), {} lane(s), batch {}, lease {}ms", o.worker_id,
+               o.group, stores.size(), store_lanes, o.batch_size, o.lease_ms);
   Status s = worker->run(g_stop);
   http.reset();  // no request may see the worker go
   running.store(nullptr, std::memory_order_release);

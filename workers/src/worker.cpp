@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <future>
 
 #include "sagapool/failpoints.hpp"
 #include "sagapool/log.hpp"
@@ -51,6 +52,19 @@ Worker::Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe,
   batch_.reserve(options.batch_size);
   new_.reserve(options.batch_size);
   items_.reserve(options.batch_size);
+  lane_ledgers_ = std::move(io.lane_ledgers);
+  if (!lane_ledgers_.empty()) {
+    lanes_.resize(lane_ledgers_.size() + 1);
+    lanes_[0].ledger = &ledger_;
+    lanes_[0].engine = &engine_;
+    for (std::size_t i = 1; i < lanes_.size(); ++i) {
+      Lane& lane = lanes_[i];
+      lane.ledger = lane_ledgers_[i - 1].get();
+      lane.own_engine = std::make_unique<SagaEngine>(
+          *lane.ledger, SagaEngine::Options{options.worker_id, options.lease_ms, 5}, &probe);
+      lane.engine = lane.own_engine.get();
+    }
+  }
 }
 
 // The output goes first: closing it serves the last delivery reports, which
@@ -153,6 +167,7 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
     new_message_.push_back(i);
   }
 
+  if (!lanes_.empty()) split_into_lanes();
   // The store may be unavailable: keep the batch (its offsets unstored, and
   // no later batch consumed) and retry until it is written or we stop.
   for (int attempt = 0;; ++attempt) {
@@ -202,53 +217,157 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
   return Status::ok();
 }
 
+namespace {
+
+// The saga of a request just inserted.
+void start_item(SagaItem& it, const NewTransfer& t, bool fresh) {
+  const RequestView& r = t.request;
+  it.id.assign(r.id);
+  it.source.assign(r.from);
+  it.destination.assign(r.to);
+  it.currency.assign(r.currency);
+  it.requested_currency.assign(r.currency);
+  it.metadata.assign(r.metadata);
+  it.amount = r.amount;
+  it.epoch = 1;
+  it.requested_at_ms = t.requested_at_ms;
+  it.state = TransferState::initial;
+  it.reason = Reason::none;
+  it.dropped = false;
+  it.fresh = fresh;
+}
+
+}  // namespace
+
 Status Worker::write_batch() {
   // One store: delivered-outcome flags, the inserts and every stage of the
-  // batch commit together. Several stores: each step commits on its own.
+  // batch commit together (per lane, with lanes). Several stores: each step
+  // commits on its own.
   Store& transfers = ledger_.transfers();
   const bool scoped = ledger_.shard_count() == 1 && transfers.supports_scope();
-  items_.clear();
-  if (scoped) {
-    if (Status s = transfers.begin_scope(); !s) return s;
-  }
-  auto fail = [&](Status s) {
-    if (scoped) transfers.end_scope(false).ignore();
-    return s;
-  };
-  if (scoped && !notified_ends_.empty()) {
-    if (Status s = mark_notified_in_store(); !s) return fail(s);
-  }
   inserted_.resize(new_.size());
+  if (scoped) {
+    if (!lanes_.empty()) return write_lanes();
+    return write_part(ledger_, engine_, new_, inserted_, items_, true);
+  }
+  items_.clear();
   if (!new_.empty()) {
     if (Status s = transfers.insert_transfers(new_, options_.worker_id, options_.lease_ms, inserted_); !s) {
+      return s;
+    }
+  }
+  if (Status fp = SAGA_FAILPOINT("after_insert"); !fp) return fp;
+  for (std::size_t i = 0; i < new_.size(); ++i) {
+    if (inserted_[i] == InsertResult::inserted) start_item(items_.emplace_back(), new_[i], false);
+  }
+  if (Status s = engine_.run(items_); !s) return s;  // transient errors leave items to recovery
+  return mark_notified();
+}
+
+Status Worker::write_part(Ledger& ledger, SagaEngine& engine, std::span<const NewTransfer> requests,
+                          std::vector<InsertResult>& inserted, std::vector<SagaItem>& items,
+                          bool with_notified) {
+  Store& transfers = ledger.transfers();
+  items.clear();
+  if (Status s = transfers.begin_scope(); !s) return s;
+  auto fail = [&](Status s) {
+    transfers.end_scope(false).ignore();
+    return s;
+  };
+  if (with_notified && !notified_ends_.empty()) {
+    if (Status s = mark_notified_in_store(); !s) return fail(s);
+  }
+  inserted.resize(requests.size());
+  if (!requests.empty()) {
+    if (Status s = transfers.insert_transfers(requests, options_.worker_id, options_.lease_ms, inserted); !s) {
       return fail(s);
     }
   }
   if (Status fp = SAGA_FAILPOINT("after_insert"); !fp) return fail(fp);
-  for (std::size_t i = 0; i < new_.size(); ++i) {
-    if (inserted_[i] != InsertResult::inserted) continue;
-    const RequestView& r = new_[i].request;
-    SagaItem& it = items_.emplace_back();
-    it.id.assign(r.id);
-    it.source.assign(r.from);
-    it.destination.assign(r.to);
-    it.currency.assign(r.currency);
-    it.requested_currency.assign(r.currency);
-    it.metadata.assign(r.metadata);
-    it.amount = r.amount;
-    it.epoch = 1;
-    it.requested_at_ms = new_[i].requested_at_ms;
-    it.state = TransferState::initial;
-    it.reason = Reason::none;
-    it.dropped = false;
-    it.fresh = scoped;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (inserted[i] == InsertResult::inserted) start_item(items.emplace_back(), requests[i], true);
   }
-  if (!scoped) {
-    if (Status s = engine_.run(items_); !s) return s;  // transient errors leave items to recovery
-    return mark_notified();
-  }
-  if (Status s = engine_.run_in_scope(items_); !s) return fail(s);
+  if (Status s = engine.run_in_scope(items); !s) return fail(s);
   if (Status s = transfers.end_scope(true); !s) return fail(s);
+  return Status::ok();
+}
+
+// A batch's partitions, the busiest first, each to the lane with the fewest
+// requests so far. A partition's requests stay in one lane, in order: per
+// partition (so per source account) the batch runs as it would in one
+// transaction. Rows lock in id order inside each statement, so two lanes
+// wait on each other's hot accounts but cannot deadlock on them; a request
+// id in two lanes is caught by the second insert, whose transaction fails
+// and, run again, finds the duplicate or the conflict.
+void Worker::split_into_lanes() {
+  partition_lane_.clear();
+  for (const NewTransfer& t : new_) {
+    auto it = std::find_if(partition_lane_.begin(), partition_lane_.end(),
+                           [&](const auto& p) { return p.first == t.origin_partition; });
+    if (it == partition_lane_.end()) it = partition_lane_.insert(partition_lane_.end(), {t.origin_partition, 0});
+    ++it->second;
+  }
+  std::sort(partition_lane_.begin(), partition_lane_.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (Lane& lane : lanes_) {
+    lane.load = 0;
+    lane.committed = false;
+    lane.requests.clear();
+    lane.index.clear();
+    lane.items.clear();
+  }
+  for (auto& [partition, count] : partition_lane_) {
+    Lane* least = &lanes_[0];
+    for (Lane& lane : lanes_) {
+      if (lane.load < least->load) least = &lane;
+    }
+    least->load += count;
+    count = static_cast<std::size_t>(least - lanes_.data());  // now the lane
+  }
+  for (std::size_t i = 0; i < new_.size(); ++i) {
+    const auto it = std::find_if(partition_lane_.begin(), partition_lane_.end(),
+                                 [&](const auto& p) { return p.first == new_[i].origin_partition; });
+    Lane& lane = lanes_[it->second];
+    lane.requests.push_back(new_[i]);
+    lane.index.push_back(i);
+  }
+}
+
+// The parts not yet committed, side by side: the first lane on this thread
+// (with the delivered-outcome flags), the others on their own.
+Status Worker::write_lanes() {
+  std::vector<std::future<Status>> others;
+  for (std::size_t i = 1; i < lanes_.size(); ++i) {
+    Lane& lane = lanes_[i];
+    if (lane.committed || lane.requests.empty()) continue;
+    others.push_back(std::async(std::launch::async, [this, &lane] {
+      return write_part(*lane.ledger, *lane.engine, lane.requests, lane.inserted, lane.items, false);
+    }));
+  }
+  Status first;
+  if (!lanes_[0].committed) {
+    first = write_part(ledger_, engine_, lanes_[0].requests, lanes_[0].inserted, lanes_[0].items, true);
+  }
+  if (first) lanes_[0].committed = true;
+  Status result = first;
+  std::size_t next = 0;
+  for (std::size_t i = 1; i < lanes_.size(); ++i) {
+    Lane& lane = lanes_[i];
+    if (lane.committed || lane.requests.empty()) continue;
+    Status s = others[next++].get();
+    if (s) {
+      lane.committed = true;
+    } else if (result || s.kind() == ErrorKind::fatal) {
+      result = s;
+    }
+  }
+  if (!result) return result;
+  items_.clear();
+  for (Lane& lane : lanes_) {
+    for (std::size_t j = 0; j < lane.index.size(); ++j) inserted_[lane.index[j]] = lane.inserted[j];
+    items_.insert(items_.end(), std::make_move_iterator(lane.items.begin()),
+                  std::make_move_iterator(lane.items.end()));
+  }
   return Status::ok();
 }
 

@@ -192,6 +192,10 @@ class StageStore {
   // the caller must end_scope(false), which undoes everything since
   // begin_scope. Only backends that say supports_scope() implement them.
   virtual bool supports_scope() const noexcept { return false; }
+  // Scopes on several connections to the store commit side by side, row
+  // locks keeping them apart (PostgreSQL), rather than one after another
+  // behind a store-wide write lock (SQLite): what a worker's lanes need.
+  virtual bool concurrent_scopes() const noexcept { return false; }
   virtual Status begin_scope() { return Status::fatal("this store has no transaction scopes"); }
   virtual Status end_scope(bool commit) {
     (void)commit;

@@ -332,6 +332,7 @@ class PgStore final : public Store {
   // statement that is waited for (or with COMMIT), saving a round trip each
   // per batch. A failure of one of them fails that call, and so the scope.
   bool supports_scope() const noexcept override { return true; }
+  bool concurrent_scopes() const noexcept override { return true; }
 
   Status begin_scope() override {
     if (scope_ != Scope::none) return fatal("begin scope: a scope is already open");

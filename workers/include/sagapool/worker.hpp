@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ struct WorkerIo {
   std::unique_ptr<RequestSource> source;
   std::unique_ptr<MessageOutput> output;
   WorkerClock* clock = nullptr;  // outlives the worker
+  // More connections to the same single store (Ledger::open of the same
+  // URL), one per extra lane: a batch is then split by partition and its
+  // parts run as concurrent transactions (worker.cpp, write_lanes). Only
+  // for a store that takes concurrent writers (PostgreSQL).
+  std::vector<std::unique_ptr<Ledger>> lane_ledgers;
 };
 
 class Worker final : private DeliveryListener {
@@ -107,8 +113,28 @@ class Worker final : private DeliveryListener {
     std::deque<DeadLetter> dead;
   };
 
+  // One part of a batch, its own transaction on its own connection.
+  struct Lane {
+    Ledger* ledger = nullptr;
+    SagaEngine* engine = nullptr;
+    std::unique_ptr<SagaEngine> own_engine;  // lanes after the first
+    std::vector<NewTransfer> requests;
+    std::vector<std::size_t> index;  // requests[j] is new_[index[j]]
+    std::vector<InsertResult> inserted;
+    std::vector<SagaItem> items;
+    std::size_t load = 0;
+    bool committed = false;  // this batch's part: not run again on a retry
+  };
+
   Status ingest_batch(const std::atomic<bool>& stop);
   Status write_batch();  // inserts and runs the batch; one transaction on one store
+  // Inserts `requests` and runs them in one scope (transaction) of `ledger`,
+  // with the delivered-outcome flags when `with_notified`.
+  Status write_part(Ledger& ledger, SagaEngine& engine, std::span<const NewTransfer> requests,
+                    std::vector<InsertResult>& inserted, std::vector<SagaItem>& items,
+                    bool with_notified);
+  void split_into_lanes();
+  Status write_lanes();
   Status recover();
   void publish_finished(bool count_finished);
   void publish_outcome(const OutcomeFields& f);
@@ -146,6 +172,9 @@ class Worker final : private DeliveryListener {
   std::vector<InsertResult> inserted_;
   std::vector<SagaItem> items_;
   std::vector<TransferDoc> claimed_;
+  std::vector<std::unique_ptr<Ledger>> lane_ledgers_;
+  std::vector<Lane> lanes_;  // empty: one transaction per batch
+  std::vector<std::pair<std::int32_t, std::size_t>> partition_lane_;
   std::string outcome_json_;
   RequestView invalid_;  // what parse_request could read of an invalid request
   std::string notified_ids_;           // delivered outcome ids, back to back

@@ -39,6 +39,7 @@ class FaultStore final : public Store {
 
   const std::string& display_name() const noexcept override { return inner_->display_name(); }
   bool supports_scope() const noexcept override { return inner_->supports_scope(); }
+  bool concurrent_scopes() const noexcept override { return inner_->concurrent_scopes(); }
 
   Status init_schema() override {
     return call("init_schema", [&] { return inner_->init_schema(); });
