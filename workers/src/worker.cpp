@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <future>
 
 #include "sagapool/failpoints.hpp"
 #include "sagapool/log.hpp"
@@ -336,25 +335,19 @@ void Worker::split_into_lanes() {
 // The parts not yet committed, side by side: the first lane on this thread
 // (with the delivered-outcome flags), the others on their own.
 Status Worker::write_lanes() {
-  std::vector<std::future<Status>> others;
   for (std::size_t i = 1; i < lanes_.size(); ++i) {
     Lane& lane = lanes_[i];
     if (lane.committed || lane.requests.empty()) continue;
-    others.push_back(std::async(std::launch::async, [this, &lane] {
+    lane.running = std::async(std::launch::async, [this, &lane] {
       return write_part(*lane.ledger, *lane.engine, lane.requests, lane.inserted, lane.items, false);
-    }));
+    });
   }
-  Status first;
-  if (!lanes_[0].committed) {
-    first = write_part(ledger_, engine_, lanes_[0].requests, lanes_[0].inserted, lanes_[0].items, true);
-  }
-  if (first) lanes_[0].committed = true;
-  Status result = first;
-  std::size_t next = 0;
-  for (std::size_t i = 1; i < lanes_.size(); ++i) {
-    Lane& lane = lanes_[i];
-    if (lane.committed || lane.requests.empty()) continue;
-    Status s = others[next++].get();
+  Status result;
+  for (Lane& lane : lanes_) {
+    if (lane.committed) continue;
+    Status s = &lane == &lanes_[0]
+                   ? write_part(ledger_, engine_, lane.requests, lane.inserted, lane.items, true)
+                   : lane.running.valid() ? lane.running.get() : Status::ok();
     if (s) {
       lane.committed = true;
     } else if (result || s.kind() == ErrorKind::fatal) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -124,6 +125,7 @@ class Worker final : private DeliveryListener {
     std::vector<SagaItem> items;
     std::size_t load = 0;
     bool committed = false;  // this batch's part: not run again on a retry
+    std::future<Status> running;  // lanes after the first, while they run
   };
 
   Status ingest_batch(const std::atomic<bool>& stop);
