@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kafka_client.hpp"
@@ -69,13 +70,14 @@ TEST(PostgresLanes, AKeysRequestsRunInTheirOrder) {
   ASSERT_GE(others.size(), 3000u);
   std::vector<PlannedTransfer> transfers;
   for (std::size_t i = 0; i < 600; ++i) {
-    PlannedTransfer& t = transfers.emplace_back();
+    PlannedTransfer t;
     t.id = "hot-" + std::to_string(i);
     t.from = LedgerCluster::account_id(0);
     t.to = LedgerCluster::account_id(1 + static_cast<int>(i % 39));
     t.amount = LedgerCluster::kOpening / 500;
     t.state = i < 500 ? "done" : "canceled";
     if (i >= 500) t.reason = "insufficient_funds";
+    transfers.push_back(std::move(t));
     transfers.insert(transfers.end(), others.begin() + static_cast<std::ptrdiff_t>(5 * i),
                      others.begin() + static_cast<std::ptrdiff_t>(5 * i + 5));
   }
