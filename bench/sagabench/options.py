@@ -34,6 +34,12 @@ def run_size(rate: float) -> int:
 # bench/tests/test_options.py checks both against the worker's source.
 WORKER_BATCH = 5000
 FLOOR_BATCH_MAX = 10_000
+# The PostgreSQL floor (h) writes a lane's share of such a batch per
+# transaction (saga-worker splits each batch over --store-lanes, default 2,
+# transactions), with as many transactions in flight as (e)'s 1, 2 and 4
+# workers have (2 lanes each), and one alone.
+PG_FLOOR_BATCH = WORKER_BATCH // 2
+PG_FLOOR_CLIENTS = (1, 2, 4, 8)
 
 # Seconds the bench may take (the build comes on top); past a phase's share,
 # its later repetitions are skipped, and the report says so.

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from .console import note
 from .machine import Machine
-from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, MOCK_TRANSFERS_MAX, PARTITIONS, RUN_S,
-                      STEADY_AFTER_MS, SUSTAINED_S, WORKER_BATCH, Options)
+from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, MOCK_TRANSFERS_MAX, PARTITIONS,
+                      PG_FLOOR_BATCH, PG_FLOOR_CLIENTS, RUN_S, STEADY_AFTER_MS, SUSTAINED_S, WORKER_BATCH, Options)
 from .results import Results
 
 MARKER = "<!-- Hand-written below this line: bench/run.py keeps everything after it. -->"
@@ -22,7 +22,8 @@ what dominates each of (c) and (d), and what would move it.
 # Rows of "Figures" and bars of the chart, in this order where measured.
 CONFIGS = ("a-uniform", "a-zipf", "b-uniform", "b-zipf", "c-uniform", "c-zipf", "ck-uniform", "ck-zipf",
            "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", "e-1", "e-2", "e-4", "g-uniform",
-           "f-uniform", "f-zipf", "fx-uniform", "fx-zipf", "fi-uniform", "fi-zipf")
+           "f-uniform", "f-zipf", "fx-uniform", "fx-zipf", "fi-uniform", "fi-zipf",
+           *(f"h-{n}" for n in PG_FLOOR_CLIENTS))
 
 
 @dataclasses.dataclass
@@ -106,6 +107,8 @@ def describe(config: str, f: Facts) -> str:
         "fx": f"(f) the SQLite floor: bare SQL, a finished transfer's rows, {thousands(FLOOR_BATCH_MAX)} per commit",
         "fi": f"(f) the same rows as schema version 3 wrote them (indexed by account and time), "
               f"{thousands(WORKER_BATCH)} per commit",
+        "h": f"(h) the PostgreSQL floor: bare SQL, a finished transfer's rows, {thousands(PG_FLOOR_BATCH)} per "
+             f"transaction, {rest} at a time",
     }[kind]
 
 
@@ -177,8 +180,14 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w(f"| d ≥ 50,000 transfers/s on real Kafka | uniform {thousands(dk_u)}, Zipf {thousands(dk_z)}{blocked_text} | "
       f"{verdict(_all((dk_u, dk_z), lambda v: v >= 50000), under_floor)} |")
     scale = [med(f"e-{n}", "tput") for n in (1, 2, 4)]
+    # The floor (h) is the store's own ceiling with as many transactions in
+    # flight as (e)'s workers have: a reference for the scaling figures.
+    pg_floor = [med(f"h-{n}", "tput") for n in PG_FLOOR_CLIENTS]
+    pg_floor_text = "" if o.scale_store != "postgres" or all(map(_missing, pg_floor)) else (
+        f"; the PostgreSQL floor (h) with {' / '.join(map(str, PG_FLOOR_CLIENTS))} transactions in flight: "
+        f"{' / '.join(thousands(v) for v in pg_floor)}")
     w(f"| scaling on one {o.scale_name} store: transfers/s do not fall from 1 to 2 to 4 workers (e) | "
-      f"{' / '.join(thousands(v) for v in scale)} | "
+      f"{' / '.join(thousands(v) for v in scale)}{pg_floor_text} | "
       f"{verdict(not any(map(_missing, scale)) and float(scale[0]) <= float(scale[1]) <= float(scale[2]))} |")
     g_tput = ratio(med("g-uniform", "tput"), ck_u)
     g_cpu = ratio(med("g-uniform", "cpu"), med("ck-uniform", "cpu"))
@@ -210,8 +219,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     for config in CONFIGS:
         if not results.of(config):
             continue
-        dist = "zipf" if config.startswith("e-") else config.partition("-")[2]
-        rss = "–" if config[0] in "abf" else f"{rss_mib(results.max(config, 'rss'))} MiB"
+        dist = "zipf" if config.startswith(("e-", "h-")) else config.partition("-")[2]
+        rss = "–" if config[0] in "abfh" else f"{rss_mib(results.max(config, 'rss'))} MiB"
         w(f"| {describe(config, f)} | {dist} | {thousands(med(config, 'tput'))} | {fmt(med(config, 'p50'))} ms | "
           f"{fmt(med(config, 'p99'))} ms | {fmt(med(config, 'cpu'), 3)} | {rss} |")
     for config, rate in f.half_rates:
@@ -242,13 +251,20 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("  reaped included), per 1,000 transfers: (a), (b) pgbench + every PostgreSQL server process;")
     w("  (c) workers + broker + every PostgreSQL server process (both servers' for (g));")
     w("  (d), (e) on SQLite workers + broker.")
-    w("  (f): its own process. The producer's CPU is not counted (it is the load generator).")
+    w("  (f): its own process; (h): pgbench + every PostgreSQL server process.")
+    w("  The producer's CPU is not counted (it is the load generator).")
     w("- **the floor (f)**: `bench/sqlite_floor.py` on a copy of the SQLite ledger: the rows a finished")
     w("  transfer leaves (transfer row, two postings linked to their accounts' chains, two accounts), set-based")
     w("  SQL on one connection with the workers' settings, no saga and no broker; transfers/s from its")
     w(f"  first batch to its last commit. {thousands(WORKER_BATCH)} per commit is the workers' batch at full load,")
     w(f"  {thousands(FLOOR_BATCH_MAX)} the most a worker takes. \"As schema version 3 wrote them\": with")
     w("  `--account-index`, postings unlinked and indexed by (account, time) in postings_account instead.")
+    w("- **the floor (h)**: `bench/pg_floor.sql` by pgbench on a copy of the PostgreSQL ledger: per")
+    w(f"  transaction {thousands(PG_FLOOR_BATCH)} finished transfers (a lane's share of the workers' batch), Zipf:")
+    w("  their accounts locked in id order, two postings each, each account's balance once, the transfers' rows")
+    w("  in their final state. No checks, no outcomes to decide, no broker or worker on the machine;")
+    w(f"  {', '.join(map(str, PG_FLOOR_CLIENTS))} clients = transactions in flight ((e)'s 1, 2 and 4 workers run 2 "
+      f"lanes each), {o.pgbench_s} s each.")
     w("- **sustained**: a run's span (first request to last outcome) cut in three; the transfers")
     w("  finished in its last third over those finished in its first (\"last ÷ first third\" in \"Every run\").")
     w("- **scrapes/s**: a real Prometheus scrapes every worker's /metrics once a second throughout;")
@@ -303,6 +319,10 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("sagactl --store <store> audit   # after the workers drained (SIGTERM, exit 0)")
     w(f"bench/sqlite_floor.py <copy of the SQLite ledger> --accounts {ACCOUNTS} --transfers <N> "
       "--batch <B> --dist <uniform|zipf> [--account-index]   # (f)")
+    w(f"psql -v naccounts={ACCOUNTS} -v balance={BALANCE} -v batch={PG_FLOOR_BATCH} -v zipf=1 "
+      "-f bench/pg_floor_batches.sql   # (h), on a copy of the ledger")
+    w(f"pgbench -n -c <1|2|4|8> -j <min(c, nproc)> -T {o.pgbench_s} -f bench/pg_floor.sql   "
+      "# (h), each on a fresh copy of that")
     w("```")
     w("")
     w(f"Run as: `./dev bench{''.join(' ' + a for a in o.args)}`.")
@@ -346,6 +366,8 @@ def chart_lines(results: Results) -> list[str]:
                 ", schema 3" if kind == "fi" else "")
         elif kind == "g":
             label = "g: 2 shards, Kafka"
+        elif kind == "h":
+            label = f"h: PG floor, {rest} at a time"
         elif kind.endswith("k"):
             label = f"{kind[0]}: {rest}, Kafka"
         else:

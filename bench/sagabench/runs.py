@@ -17,13 +17,14 @@ from pathlib import Path
 from . import ledgers, measure
 from .budget import Budget
 from .console import Fatal, note, say, show_tail
-from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, PARTITIONS, STEADY_AFTER_MS,
-                      MOCK_TRANSFERS_MAX, TRANSFERS_MIN, WORKER_BATCH, Options, run_size)
+from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, PARTITIONS, PG_FLOOR_BATCH, PG_FLOOR_CLIENTS,
+                      STEADY_AFTER_MS, MOCK_TRANSFERS_MAX, TRANSFERS_MIN, WORKER_BATCH, Options, run_size)
 from .results import Results
 from .servers import Kafka, Postgres, Prometheus, start_saga_broker
 from .session import Session, free_port, nproc, run_checked
 
 SHARD_TEMPLATE = "saga_shard_template"  # (g)'s ledger: this database on each of the two servers
+PG_FLOOR_TEMPLATE = "saga_floor_template"  # (h)'s ledger: the sagapool ledger and the floor's batches
 NO_INVALID = ["--invalid-ratio", "0", "--overdraw-ratio", "0", "--unknown-ratio", "0"]
 
 
@@ -361,6 +362,39 @@ class Bench:
              f"transfers/s (last third / first third {third}), {cpu} CPU s/1k; balanced")
         ledger.drop()
 
+    def prepare_pg_floor(self) -> None:
+        """(h)'s template: a copy of the PostgreSQL ledger with 50 batches of
+        Zipf transfers (bench/pg_floor_batches.sql)."""
+        self.pg.psql("sagapool", f"CREATE DATABASE {PG_FLOOR_TEMPLATE} TEMPLATE saga_template")
+        run_checked([self.pg.bin / "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", f"naccounts={ACCOUNTS}",
+                     "-v", f"balance={BALANCE}", "-v", f"batch={PG_FLOOR_BATCH}", "-v", "zipf=1",
+                     "-d", self.pg.url(PG_FLOOR_TEMPLATE), "-f", self.bench_dir / "pg_floor_batches.sql"],
+                    "bench/pg_floor_batches.sql")
+
+    def pg_floor_run(self, config: str, rep: int, clients: int) -> None:
+        """(h): bench/pg_floor.sql by pgbench with `clients` transactions in
+        flight, on a fresh copy of its template, for as long as (a)'s runs."""
+        database = f"floor_{self._run_seq}"
+        self._run_seq += 1
+        self.pg.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {PG_FLOOR_TEMPLATE}")
+        out = self.work / f"{config}-{rep}.out"
+        argv = [self.pg.bin / "pgbench", "-n", "-c", clients, "-j", min(clients, nproc()),
+                "-T", self.opts.pgbench_s, "-f", self.bench_dir / "pg_floor.sql", self.pg.url(database)]
+        server_t0 = self.pg.ticks()
+        code, usage = self.s.procs.wait_with_usage(self.s.procs.start(argv, out))
+        server_ticks = self.pg.ticks() - server_t0
+        result = measure.pgbench_result(out.read_text(errors="replace")) if code == 0 else None
+        if result is None:
+            print("\n".join(out.read_text(errors="replace").splitlines()[-20:]))
+            raise Fatal(f"{config} run {rep}: pgbench bench/pg_floor.sql failed")
+        tps, n = result
+        cpu_s = server_ticks / measure.TICKS_PER_S + usage.ru_utime + usage.ru_stime
+        tput, cpu = f"{tps * PG_FLOOR_BATCH:.0f}", f"{cpu_s / (n * PG_FLOOR_BATCH) * 1000:.3f}"
+        self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s))
+        note(f"{config} run {rep}: {n} transactions of {PG_FLOOR_BATCH} transfers, {clients} at a time: "
+             f"{tput} transfers/s, {cpu} CPU s/1k")
+        self.pg.psql("sagapool", f"DROP DATABASE {database}")
+
     def run_size(self, store: str) -> None:
         """--transfers N, else what the store finishes in about RUN_S
         seconds, measured by a short calibration run (so the bench keeps to
@@ -390,11 +424,12 @@ class Bench:
         return min(self.run_n[store], MOCK_TRANSFERS_MAX)
 
     def sagapool(self) -> None:
-        """(c), (d), (e), (g), the half-load runs and (f). What is left of the
-        budget is shared out: (c) to 35 %, (d) to 50 %, real Kafka to 70 %, (e)
-        to 82 %, (g) to 89 %, the half-load runs to 94 %, (f) to 98 %, the rest
-        for the report. The floor comes last: it is a reference, not a target,
-        and the sustained runs before it can overrun their shares."""
+        """(c), (d), (e), (g), the half-load runs, (f) and (h). What is left of
+        the budget is shared out: (c) to 35 %, (d) to 50 %, real Kafka to 70 %,
+        (e) to 82 %, (g) to 89 %, the half-load runs to 94 %, (f) to 98 %, (h)
+        to 99 %, the rest for the report. The floors come last: they are
+        references, not targets, and the sustained runs before them can
+        overrun their shares."""
         o, b = self.opts, self.budget
         b.share_out()
         for store, name, label in (("postgres", "PostgreSQL", "c"), ("sqlite", "SQLite", "d")):
@@ -466,3 +501,12 @@ class Bench:
                 self.floor_run(f"f-{dist}", rep, dist, WORKER_BATCH)
                 self.floor_run(f"fx-{dist}", rep, dist, FLOOR_BATCH_MAX)
                 self.floor_run(f"fi-{dist}", rep, dist, WORKER_BATCH, "--account-index")
+        say(f"(h) the PostgreSQL floor: bare SQL, {PG_FLOOR_BATCH:,} transfers per transaction, Zipf, "
+            f"{', '.join(map(str, PG_FLOOR_CLIENTS))} at a time ({self.elapsed()})")
+        end = b.phase_end(99)
+        self.prepare_pg_floor()
+        for rep in range(1, o.reps + 1):
+            if not b.rep_ok(rep, end, "(h)"):
+                break
+            for clients in PG_FLOOR_CLIENTS:
+                self.pg_floor_run(f"h-{clients}", rep, clients)

@@ -24,6 +24,11 @@ class WorkerBatch(unittest.TestCase):
         limit = re.search(r'"--batch-size".*?CLI::Range\(1, (\d+)\)', cli, re.S).group(1)
         self.assertEqual(int(limit), options.FLOOR_BATCH_MAX)
 
+    def test_the_postgresql_floor_batch_is_a_lanes_share(self):
+        cli = (Path(__file__).resolve().parents[2] / "workers" / "src" / "main.cpp").read_text()
+        lanes = int(re.search(r"store_lanes = lanes_possible \? (\d+) : 1;", cli).group(1))
+        self.assertEqual(options.PG_FLOOR_BATCH, options.WORKER_BATCH // lanes)
+
 
 class Defaults(unittest.TestCase):
     def test_full_run(self):

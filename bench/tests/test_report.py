@@ -112,6 +112,18 @@ class Render(unittest.TestCase):
         self.assertIn("| (g) sagapool on two PostgreSQL shards (two servers), 2 workers, real Kafka | uniform | 7,000 |",
                       text)
 
+    def test_the_postgresql_floor_beside_scaling(self):
+        r = results()
+        for clients, tput in ((1, 22000), (2, 18600), (4, 15500), (8, 14900)):
+            r.add(f"h-{clients}", 1, tput, "-", "-", "0.090", "-", "-", "-", 8)
+        self.assertIn("(e) | 20,000 / 51,000 / 19,000 | **missed** |", report.render(r, facts(), None))
+        text = report.render(r, facts(("--reps", "2", "--scale-store", "postgres")), None)
+        self.assertIn("(e) | 20,000 / 51,000 / 19,000; the PostgreSQL floor (h) with 1 / 2 / 4 / 8 transactions "
+                      "in flight: 22,000 / 18,600 / 15,500 / 14,900 | **missed** |", text)
+        self.assertIn("| (h) the PostgreSQL floor: bare SQL, a finished transfer's rows, 2,500 per transaction, "
+                      "4 at a time | zipf | 15,500 | – ms | – ms | 0.090 | – |", text)
+        self.assertIn('"h: PG floor, 8 at a time" 14900 8', report.chart_lines(r))
+
     def test_d_under_the_floor_is_blocked(self):
         r = results()
         for config in ("fx-uniform", "fx-zipf"):

@@ -1,0 +1,36 @@
+-- The PostgreSQL floor: what a batch of finished transfers writes, in bare
+-- SQL with no saga logic, as the saga's batch transaction writes it on one
+-- store: the batch's accounts locked in id order, two postings a transfer
+-- (in batch order, under those locks), each account's balance once, and the
+-- transfers' rows in their final state. No checks, no outcomes to decide.
+-- One pgbench transaction = one batch of floor_batches (setup:
+-- bench/pg_floor_batches.sql); transfers/s = tps x batch.
+\set r random(1, 2000000000)
+\set k random(1, 50)
+BEGIN;
+-- A join: written as `id = ANY (<the batch's ids from a subquery>)` the
+-- lock pass ran ten times slower with two transactions in flight, on CPU
+-- while waiting (bench/REPORT.md, "The sixteenth session"); the saga's own
+-- lock pass gives a constant list (saga_accounts_locked).
+SELECT count(*) FROM (SELECT a.id FROM saga_accounts a
+    JOIN (SELECT src AS id FROM floor_batches WHERE k = :k
+          UNION SELECT dst FROM floor_batches WHERE k = :k) batch ON a.id = batch.id
+    ORDER BY a.id FOR UPDATE OF a) locked;
+INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
+  SELECT 'floor-' || :r || '-' || n, CASE WHEN j = 1 THEN src ELSE dst END,
+      CASE WHEN j = 1 THEN 'debit' ELSE 'credit' END, amount, 1700000000000
+    FROM floor_batches, generate_series(1, 2) j WHERE k = :k ORDER BY n, j;
+UPDATE saga_accounts a SET balance = a.balance + d.delta
+  FROM (SELECT acc, sum(delta) AS delta
+          FROM (SELECT src AS acc, -amount AS delta FROM floor_batches WHERE k = :k
+                UNION ALL SELECT dst, amount FROM floor_batches WHERE k = :k) x
+          GROUP BY acc) d
+  WHERE a.id = d.acc AND d.delta <> 0;
+INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata, payload_hash, state,
+    owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms,
+    finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset)
+  SELECT 'floor-' || :r || '-' || n, src, dst, amount, '', '{}', n, 'done', 'floor', 1,
+      1700000030000, NULL, 1700000000000, 1700000000000, 1700000000000, 1700000000000, 0, false,
+      'transfers', n % 12, n
+    FROM floor_batches WHERE k = :k;
+COMMIT;
