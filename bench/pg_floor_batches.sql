@@ -1,22 +1,15 @@
--- The PostgreSQL floor's setup (bench/pg_floor.sql): on a ledger made by
--- `sagactl init`, accounts acct-0 .. acct-(naccounts-1) (made here when
--- missing) and 50 batches of `batch` transfers, the accounts chosen as
--- saga-producer chooses them: Zipf with s = 1.1 (zipf = 1) or uniform
--- (zipf = 0), source and destination different. As `./dev bench` runs it:
--- psql -v naccounts=100000 -v balance=1000000000000 -v batch=2500 -v zipf=1
--- -f bench/pg_floor_batches.sql.
-INSERT INTO saga_accounts (id, balance, opening_balance, min_balance, currency, locked, reserved)
-  SELECT 'acct-' || g, :balance, :balance, 0, '', false, 0 FROM generate_series(0, :naccounts - 1) g
-  ON CONFLICT (id) DO NOTHING;
-
+-- The PostgreSQL floor's setup (bench/pg_floor.sql), on a copy of the
+-- ledger (accounts acct-0 .. acct-(naccounts-1)): 50 batches of `batch`
+-- transfers, the accounts drawn as saga-producer draws them (Zipf, s = 1.1),
+-- source and destination different. As `./dev bench` runs it:
+-- psql -v naccounts=100000 -v batch=2500 -f bench/pg_floor_batches.sql.
 DROP TABLE IF EXISTS floor_cdf, floor_batches;
 -- Rank k (0-based) has weight 1 / (k + 1)^1.1; a pick is the first rank
 -- whose cumulative weight reaches a uniform draw.
 -- All double precision: a numeric cum would not match the draws' type, and
 -- each pick would then scan the whole table instead of its index.
 CREATE TABLE floor_cdf AS
-  SELECT k, sum(CASE WHEN :zipf = 1 THEN 1 / power(k + 1.0::float8, 1.1::float8) ELSE 1.0::float8 END)
-      OVER (ORDER BY k) AS cum
+  SELECT k, sum(1 / power(k + 1.0::float8, 1.1::float8)) OVER (ORDER BY k) AS cum
     FROM generate_series(0, :naccounts - 1) k;
 CREATE INDEX ON floor_cdf (cum);
 ANALYZE floor_cdf;

@@ -319,8 +319,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("sagactl --store <store> audit   # after the workers drained (SIGTERM, exit 0)")
     w(f"bench/sqlite_floor.py <copy of the SQLite ledger> --accounts {ACCOUNTS} --transfers <N> "
       "--batch <B> --dist <uniform|zipf> [--account-index]   # (f)")
-    w(f"psql -v naccounts={ACCOUNTS} -v balance={BALANCE} -v batch={PG_FLOOR_BATCH} -v zipf=1 "
-      "-f bench/pg_floor_batches.sql   # (h), on a copy of the ledger")
+    w(f"psql -v naccounts={ACCOUNTS} -v batch={PG_FLOOR_BATCH} -f bench/pg_floor_batches.sql   "
+      "# (h), on a copy of the ledger")
     w(f"pgbench -n -c <1|2|4|8> -j <min(c, nproc)> -T {o.pgbench_s} -f bench/pg_floor.sql   "
       "# (h), each on a fresh copy of that")
     w("```")

@@ -137,25 +137,30 @@ class Bench:
         if log:
             argv += ["-l", "--log-prefix", folder / "tx"]
         argv += ["-f", self.bench_dir / script, self.pg.url("sagapool")]
-        server_t0 = self.pg.ticks()
-        code, usage = self.s.procs.wait_with_usage(self.s.procs.start(argv, folder / "out"))
-        server_ticks = self.pg.ticks() - server_t0
-        out_text = (folder / "out").read_text(errors="replace")
-        if code != 0:
-            print("\n".join(out_text.splitlines()[-20:]))
-            raise Fatal(f"pgbench {script} failed (clients {clients})")
-        result = measure.pgbench_result(out_text)
-        if result is None:
-            print(out_text)
-            raise Fatal(f"pgbench {script}: no result")
+        tps, n, cpu_s = self.run_pgbench(argv, folder / "out", f"pgbench {script} (clients {clients})")
         p50 = p99 = "NaN"
         if log:
             logs = sorted(folder.glob("tx.*"))
             p50, p99 = measure.pgbench_latencies(logs)
             for path in logs:
                 path.unlink()
-        cpu_s = server_ticks / measure.TICKS_PER_S + usage.ru_utime + usage.ru_stime
-        return result[0], result[1], cpu_s, p50, p99
+        return tps, n, cpu_s, p50, p99
+
+    def run_pgbench(self, argv: list, out: Path, what: str) -> tuple[float, int, float]:
+        """pgbench to its end, its output in out: (tps, transactions, CPU
+        seconds of pgbench and every server process)."""
+        server_t0 = self.pg.ticks()
+        code, usage = self.s.procs.wait_with_usage(self.s.procs.start(argv, out))
+        server_ticks = self.pg.ticks() - server_t0
+        text = out.read_text(errors="replace")
+        if code != 0:
+            print("\n".join(text.splitlines()[-20:]))
+            raise Fatal(f"{what} failed")
+        result = measure.pgbench_result(text)
+        if result is None:
+            print(text)
+            raise Fatal(f"{what}: no result")
+        return result[0], result[1], server_ticks / measure.TICKS_PER_S + usage.ru_utime + usage.ru_stime
 
     def pgbench_config(self, label: str, script: str, zipf: int) -> None:
         """Probes the client counts, then REPS runs at the best."""
@@ -367,8 +372,7 @@ class Bench:
         Zipf transfers (bench/pg_floor_batches.sql)."""
         self.pg.psql("sagapool", f"CREATE DATABASE {PG_FLOOR_TEMPLATE} TEMPLATE saga_template")
         run_checked([self.pg.bin / "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", f"naccounts={ACCOUNTS}",
-                     "-v", f"balance={BALANCE}", "-v", f"batch={PG_FLOOR_BATCH}", "-v", "zipf=1",
-                     "-d", self.pg.url(PG_FLOOR_TEMPLATE), "-f", self.bench_dir / "pg_floor_batches.sql"],
+                     "-v", f"batch={PG_FLOOR_BATCH}", "-d", self.pg.url(PG_FLOOR_TEMPLATE), "-f", self.bench_dir / "pg_floor_batches.sql"],
                     "bench/pg_floor_batches.sql")
 
     def pg_floor_run(self, config: str, rep: int, clients: int) -> None:
@@ -377,18 +381,10 @@ class Bench:
         database = f"floor_{self._run_seq}"
         self._run_seq += 1
         self.pg.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {PG_FLOOR_TEMPLATE}")
-        out = self.work / f"{config}-{rep}.out"
         argv = [self.pg.bin / "pgbench", "-n", "-c", clients, "-j", min(clients, nproc()),
                 "-T", self.opts.pgbench_s, "-f", self.bench_dir / "pg_floor.sql", self.pg.url(database)]
-        server_t0 = self.pg.ticks()
-        code, usage = self.s.procs.wait_with_usage(self.s.procs.start(argv, out))
-        server_ticks = self.pg.ticks() - server_t0
-        result = measure.pgbench_result(out.read_text(errors="replace")) if code == 0 else None
-        if result is None:
-            print("\n".join(out.read_text(errors="replace").splitlines()[-20:]))
-            raise Fatal(f"{config} run {rep}: pgbench bench/pg_floor.sql failed")
-        tps, n = result
-        cpu_s = server_ticks / measure.TICKS_PER_S + usage.ru_utime + usage.ru_stime
+        tps, n, cpu_s = self.run_pgbench(argv, self.work / f"{config}-{rep}.out",
+                                         f"{config} run {rep}: pgbench bench/pg_floor.sql")
         tput, cpu = f"{tps * PG_FLOOR_BATCH:.0f}", f"{cpu_s / (n * PG_FLOOR_BATCH) * 1000:.3f}"
         self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s))
         note(f"{config} run {rep}: {n} transactions of {PG_FLOOR_BATCH} transfers, {clients} at a time: "
