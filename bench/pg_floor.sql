@@ -2,7 +2,8 @@
 -- SQL with no saga logic, as the saga's batch transaction writes it on one
 -- store: the batch's accounts locked in id order, two postings a transfer
 -- (in batch order, under those locks), each account's balance once, and the
--- transfers' rows in their final state. No checks, no outcomes to decide.
+-- transfers' rows in their final state, listed in one outbox row. No
+-- checks, no outcomes to decide.
 -- One pgbench transaction = one batch of floor_batches (setup:
 -- bench/pg_floor_batches.sql); transfers/s = tps x batch.
 \set r random(1, 2000000000)
@@ -30,7 +31,10 @@ INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata,
     owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms,
     finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset)
   SELECT 'floor-' || :r || '-' || n, src, dst, amount, '', '{}', n, 'done', 'floor', 1,
-      1700000030000, NULL, 1700000000000, 1700000000000, 1700000000000, 1700000000000, 0, false,
+      1700000030000, NULL, 1700000000000, 1700000000000, 1700000000000, 1700000000000, 0, true,
       'transfers', n % 12, n
+    FROM floor_batches WHERE k = :k;
+INSERT INTO saga_outbox (lease_until_ms, finished_at_ms, done, canceled)
+  SELECT 1700000030000, 1700000000000, array_agg('floor-' || :r || '-' || n), '{}'
     FROM floor_batches WHERE k = :k;
 COMMIT;

@@ -86,6 +86,10 @@ def count_unfinished(ledger: Ledger) -> int:
     would read all of it (as the store's gauges once did, pg_store.cpp)."""
     sql = f"SELECT count(*) FROM {ledger.table} WHERE {ledger.unfinished}"
     if isinstance(ledger, PostgresLedger):
+        # Finished batches' transfers whose outcomes are not marked yet are
+        # listed in the outbox instead (store/postgres/sql/migrations/0006_outbox.sql).
+        sql = (f"SELECT ({sql}) + (SELECT coalesce(sum(cardinality(done) + "
+               "cardinality(canceled)), 0) FROM saga_outbox)")
         return int(ledger.rows(sql, "enable_seqscan = off", "enable_bitmapscan = off")[0][0])
     return int(ledger.rows(sql)[0][0])
 

@@ -56,6 +56,9 @@ class StoreReader {
   // Table names: `accounts` on SQLite, `saga_accounts` on PostgreSQL.
   explicit StoreReader(std::string table_prefix) : prefix_(std::move(table_prefix)) {}
   std::string table(const char* name) const { return prefix_ + name; }
+  // An expression: finished transfers whose row says published but that are
+  // still listed as unpublished elsewhere (PostgreSQL's outbox).
+  virtual std::string listed_unpublished() const { return "0"; }
 
  private:
   std::string prefix_;

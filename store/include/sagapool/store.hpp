@@ -47,7 +47,10 @@ namespace sagapool {
 // 5: PostgreSQL drops the postings' and pending entries' foreign keys and
 //    leaves room on the accounts' pages (expand only). Nothing changes on
 //    SQLite or MongoDB.
-inline constexpr int kSchemaVersion = 5;
+// 6: PostgreSQL lists finished batches' unpublished transfers in an outbox
+//    table (expand: the table; written once the floor is 6). Nothing
+//    changes on SQLite or MongoDB.
+inline constexpr int kSchemaVersion = 6;
 
 // Recorded in every store by `sagactl init` so that processes given the
 // stores in another number or order refuse to start instead of misplacing

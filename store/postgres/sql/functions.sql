@@ -123,6 +123,17 @@ BEGIN
   INSERT INTO saga_owners_seen AS s (owner, seen_ms) VALUES (p_owner, v_now)
     ON CONFLICT (owner) DO UPDATE SET seen_ms = EXCLUDED.seen_ms
     WHERE s.seen_ms < EXCLUDED.seen_ms - 1000;
+  -- Outbox rows whose lease ended (their worker did not see the outcomes
+  -- delivered): the transfers go back to their own flags, unpublished under
+  -- the row's lease, and the claim below takes them as any other.
+  WITH gone AS (
+    DELETE FROM saga_outbox o
+      WHERE o.seq IN (SELECT b.seq FROM saga_outbox b WHERE b.lease_until_ms < v_now
+                        ORDER BY b.seq LIMIT 8 FOR UPDATE SKIP LOCKED)
+      RETURNING o.lease_until_ms, o.done || o.canceled AS ids)
+  UPDATE saga_transfers t SET notified = false, lease_until_ms = g.lease_until_ms
+    FROM gone g CROSS JOIN LATERAL unnest(g.ids) AS x(id)
+    WHERE t.id = x.id;
   RETURN QUERY
     UPDATE saga_transfers t
       SET owner = p_owner, epoch = t.epoch + 1, attempts = t.attempts + 1,
@@ -135,6 +146,45 @@ BEGIN
           LIMIT p_limit
           FOR UPDATE SKIP LOCKED)
       RETURNING t.*;
+END $$;
+
+-- Outcomes delivered (any number of ids, in any order): the outbox rows
+-- listing them lose them (a row goes with its last), and the others' rows
+-- get their flag. Only the outbox rows that list one of the ids are locked,
+-- so workers marking their own batches never wait on each other. Custom
+-- plans: with p_id a constant the server hashes `= ANY (p_id)`.
+-- The flags' UPDATE is on one line for the plan test (instantiate_postgresql.cpp).
+CREATE OR REPLACE FUNCTION saga_mark_notified(p_id text[]) RETURNS void
+  LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+  v_seq bigint[];
+  v_rest text[] := p_id;
+  v_done text[];
+  v_canceled text[];
+  r record;
+BEGIN
+  SELECT array_agg(o.seq) INTO v_seq
+    FROM saga_outbox o
+    WHERE EXISTS (SELECT 1 FROM unnest(o.done || o.canceled) AS e(id) WHERE e.id = ANY (p_id));
+  IF v_seq IS NOT NULL THEN
+    -- A row deleted meanwhile (claimed by recovery) is skipped: its ids are
+    -- flagged on their own rows now, below.
+    FOR r IN SELECT o.seq, o.done, o.canceled FROM saga_outbox o
+               WHERE o.seq = ANY (v_seq) ORDER BY o.seq FOR UPDATE LOOP
+      v_rest := ARRAY(SELECT unnest(v_rest) EXCEPT SELECT unnest(r.done || r.canceled));
+      v_done := ARRAY(SELECT unnest(r.done) EXCEPT SELECT unnest(p_id));
+      v_canceled := ARRAY(SELECT unnest(r.canceled) EXCEPT SELECT unnest(p_id));
+      IF cardinality(v_done) = 0 AND cardinality(v_canceled) = 0 THEN
+        DELETE FROM saga_outbox WHERE seq = r.seq;
+      ELSE
+        UPDATE saga_outbox SET done = v_done, canceled = v_canceled WHERE seq = r.seq;
+      END IF;
+    END LOOP;
+  END IF;
+  IF cardinality(v_rest) > 0 THEN
+    -- By primary key (statements.sql had the reason when this was a statement).
+    UPDATE saga_transfers SET notified = true WHERE id = ANY (v_rest) AND notified IS NOT TRUE AND state IN ('done', 'canceled');
+  END IF;
 END $$;
 
 -- Serialises everything that decides on an account id that has no row yet:

@@ -39,12 +39,22 @@ SELECT CASE
 
 -- ... and this writes them, once, in the state the batch left them in (a
 -- terminal one gets its finish time), owned at epoch 1; one still
--- `initial` as saga_insert_transfers would have stored it when checked. One
--- row: the time written ($17, or now) and the number of rows. No ON
--- CONFLICT: an id a concurrent batch committed meanwhile fails the batch,
--- which runs again and finds it a duplicate.
+-- `initial` as saga_insert_transfers would have stored it when checked. With
+-- $18 (the store's floor is 6), the finished ones are listed in one outbox
+-- row (migrations/0006_outbox.sql) and their own flags say true; without
+-- it, each flag says false. One row: the time written ($17, or now) and the
+-- number of rows. No ON CONFLICT: an id a concurrent batch committed
+-- meanwhile fails the batch, which runs again and finds it a duplicate.
 -- name: saga_insert_fresh
 WITH now AS (SELECT coalesce($17::bigint, saga_now_ms()) AS v),
+u AS (
+  SELECT x.*, x.state IN ('done', 'canceled') AS finished,
+      CASE WHEN x.state = 'initial' THEN x.created ELSE now.v END AS at
+    FROM now, unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[],
+        $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::integer[], $11::bigint[],
+        $12::text[], $13::text[], $14::text[], $15::bigint[], $16::bigint[]) WITH ORDINALITY
+      AS x(id, source, destination, amount, currency, metadata, hash, requested, topic,
+        part, off, state, reason, owner, lease, created, n)),
 ins AS (
   INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata,
       payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms,
@@ -52,15 +62,18 @@ ins AS (
       origin_partition, origin_offset)
     SELECT u.id, u.source, u.destination, u.amount, u.currency, u.metadata, u.hash, u.state,
         u.owner, 1, u.at + u.lease, NULLIF(u.reason, 'none'), u.created, u.at, u.requested,
-        CASE WHEN u.state IN ('done', 'canceled') THEN u.at END, 0, false, u.topic, u.part, u.off
-      FROM (SELECT x.*, CASE WHEN x.state = 'initial' THEN x.created ELSE now.v END AS at
-              FROM now, unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[],
-                  $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::integer[], $11::bigint[],
-                  $12::text[], $13::text[], $14::text[], $15::bigint[], $16::bigint[]) WITH ORDINALITY
-                AS x(id, source, destination, amount, currency, metadata, hash, requested, topic,
-                  part, off, state, reason, owner, lease, created, n)) u
+        CASE WHEN u.finished THEN u.at END, 0, u.finished AND $18::boolean, u.topic, u.part, u.off
+      FROM u
       ORDER BY u.n
-    RETURNING 1)
+    RETURNING 1),
+box AS (
+  INSERT INTO saga_outbox (lease_until_ms, finished_at_ms, done, canceled)
+    SELECT max(u.at + u.lease), max(u.at),
+        coalesce(array_agg(u.id) FILTER (WHERE u.state = 'done'), '{}'),
+        coalesce(array_agg(u.id) FILTER (WHERE u.state = 'canceled'), '{}')
+      FROM u
+      WHERE u.finished AND $18::boolean
+      HAVING count(*) > 0)
 SELECT (SELECT v FROM now), (SELECT count(*) FROM ins);
 
 -- name: saga_transition
@@ -76,22 +89,16 @@ UPDATE saga_transfers SET owner = $2, epoch = epoch + 1, attempts = attempts + 1
   WHERE id = $1 AND state IN ('initial', 'pending', 'applied', 'canceling')
   RETURNING id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset;
 
--- By primary key, whatever the statistics say. Spelled `NOT notified`, the
--- filter let the planner walk saga_transfers_recovery instead (its predicate
--- follows from it): after an autovacuum that found every outcome published
--- the index looked empty, and the generic plan checked each of its entries
--- against the whole id list, 0.3-18 s a call for 5,000 ids (bench/REPORT.md,
--- "The slow runs"). `IS NOT TRUE` (notified is never NULL) proves nothing
--- about that predicate, so only the primary key finds the rows.
 -- name: saga_mark_notified
-UPDATE saga_transfers SET notified = true
-  WHERE id = ANY ($1::text[])
-  AND notified IS NOT TRUE AND state IN ('done', 'canceled');
+SELECT saga_mark_notified($1::text[]);
 
 -- name: saga_load_transfer
-SELECT id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset
-  FROM saga_transfers
-  WHERE id = $1;
+-- A flag that says true is false while the id is in the outbox.
+SELECT t.id, t.source, t.destination, t.amount, t.currency, t.metadata, t.payload_hash, t.state, t.owner, t.epoch, t.lease_until_ms, t.reason, t.created_at_ms, t.last_modified_ms, t.requested_at_ms, t.finished_at_ms, t.attempts,
+    t.notified AND NOT EXISTS (SELECT 1 FROM saga_outbox o WHERE t.id = ANY (o.done) OR t.id = ANY (o.canceled)),
+    t.origin_topic, t.origin_partition, t.origin_offset
+  FROM saga_transfers t
+  WHERE t.id = $1;
 
 -- name: saga_list_stale
 SELECT id, source, destination, amount, currency, metadata, payload_hash, state, owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms, finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset
@@ -101,20 +108,33 @@ SELECT id, source, destination, amount, currency, metadata, payload_hash, state,
   LIMIT $2;
 
 -- Unfinished transfers by creation; finished ones whose outcome is not yet
--- published by finish time. Read every scrape, so one pass over the partial
--- index saga_transfers_recovery, whose predicate the WHERE repeats verbatim;
--- the store runs it with sequential and bitmap scans off (pg_store.cpp,
--- state_stats).
+-- published by finish time, from their flags and from the outbox. Read
+-- every scrape, so one pass over the partial index saga_transfers_recovery,
+-- whose predicate the WHERE repeats verbatim, and one over the (small)
+-- outbox; the store runs it with sequential and bitmap scans off
+-- (pg_store.cpp, state_stats).
 -- name: saga_state_stats
-SELECT state, count(*),
-       coalesce(min(CASE WHEN state IN ('done', 'canceled') THEN finished_at_ms ELSE created_at_ms END), 0),
-       count(*) FILTER (WHERE lease_until_ms < (SELECT saga_now_ms()))
-  FROM saga_transfers
-  WHERE state IN ('initial', 'pending', 'applied', 'canceling') OR NOT notified
-  GROUP BY state;
+WITH now AS (SELECT saga_now_ms() AS v)
+SELECT s.state, sum(s.n)::bigint, min(s.oldest), sum(s.stuck)::bigint
+  FROM (SELECT state, count(*) AS n,
+            min(CASE WHEN state IN ('done', 'canceled') THEN finished_at_ms ELSE created_at_ms END) AS oldest,
+            count(*) FILTER (WHERE lease_until_ms < (SELECT v FROM now)) AS stuck
+          FROM saga_transfers
+          WHERE state IN ('initial', 'pending', 'applied', 'canceling') OR NOT notified
+          GROUP BY state
+        UNION ALL
+        SELECT b.state, b.n, o.finished_at_ms,
+            CASE WHEN o.lease_until_ms < (SELECT v FROM now) THEN b.n ELSE 0 END
+          FROM saga_outbox o
+          CROSS JOIN LATERAL (VALUES ('done', cardinality(o.done)),
+                                     ('canceled', cardinality(o.canceled))) AS b(state, n)
+          WHERE b.n > 0) s
+  GROUP BY s.state;
 
 -- name: saga_scan_transfer_states
-SELECT id, state, notified FROM saga_transfers;
+SELECT t.id, t.state, t.notified AND b.id IS NULL
+  FROM saga_transfers t
+  LEFT JOIN (SELECT unnest(o.done || o.canceled) AS id FROM saga_outbox o) b ON b.id = t.id;
 
 -- name: saga_apply_legs
 SELECT o_status, o_reason, o_currency

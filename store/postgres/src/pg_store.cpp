@@ -55,6 +55,10 @@ constexpr std::chrono::seconds kOpenWaitDefault{10};
 constexpr std::string_view kLockTimeout = "10s";
 constexpr std::string_view kBatchIdleTimeout = "5s";
 constexpr std::string_view kBatchStatementTimeout = "60s";
+// From this floor on, finished batches are listed in saga_outbox
+// (migrations/0006_outbox.sql); how often a store below it looks again.
+constexpr std::int64_t kOutboxFloor = 6;
+constexpr std::chrono::seconds kFloorRecheck{10};
 // Schema migrations (PgStore::migrate).
 constexpr std::string_view kMigrationLockTimeout = "2s";
 constexpr std::chrono::seconds kMigrationPatience{120};
@@ -277,6 +281,7 @@ class PgStore final : public Store {
         !s)
       return s;
     if (Status s = tx.commit(); !s) return s;
+    outbox_ = floor >= kOutboxFloor;
     // Plans prepared against the old schema are dropped with the statements.
     if (Status s = simple("DEALLOCATE ALL", op); !s) return s;
     prepared_.reset();
@@ -339,6 +344,7 @@ class PgStore final : public Store {
     if (Status s = guard_reentry("begin scope"); !s) return s;
     if (Status s = ensure_connected(); !s) return s;
     rollback();  // a connection is idle between scopes; make sure
+    if (!outbox_ && Clock::now() >= next_floor_check_) read_floor();
     if (conn_ == nullptr) {
       return Status::retry_stage("postgresql " + display_ + ": begin scope: connection lost");
     }
@@ -346,6 +352,21 @@ class PgStore final : public Store {
     begin_unsent_ = true;
     queued_.clear();
     return Status::ok();
+  }
+
+  // Whether finished batches go to the outbox (outbox_): once the floor is
+  // 6, no build that reads only the flags runs on the store any more. Read
+  // before a scope until it says so, as `migrate --contract` raises the
+  // floor while the workers run. A failed reading leaves the flags, which
+  // every build reads.
+  void read_floor() {
+    next_floor_check_ = Clock::now() + kFloorRecheck;
+    ResultPtr r;
+    std::int64_t floor = 0;
+    if (simple("SELECT schema_version FROM saga_meta", "read schema floor", &r).is_ok() &&
+        PQntuples(r.get()) == 1 && pg::parse_int(pg::value(r.get(), 0, 0), floor)) {
+      outbox_ = floor >= kOutboxFloor;
+    }
   }
 
   Status end_scope(bool commit) override {
@@ -639,6 +660,7 @@ class PgStore final : public Store {
         if (!add_array(p, std::move(*a))) return nul_byte("write transfers");
       }
       p.int64_or_null(now);
+      p.boolean(outbox_);
       ResultPtr r;
       if (Status s = run(Sql::insert_fresh, p, r, "write transfers", OnUnique::retry); !s) return s;
       std::int64_t time = 0, count = 0;
@@ -1602,6 +1624,8 @@ class PgStore final : public Store {
   enum class Scope : std::uint8_t { none, open, failed };
   Scope scope_ = Scope::none;
   bool begin_unsent_ = false;  // scope open, BEGIN not yet sent
+  bool outbox_ = false;        // read_floor
+  Clock::time_point next_floor_check_{};
   struct Queued {
     Sql sql;
     Params params;
