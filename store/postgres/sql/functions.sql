@@ -125,7 +125,8 @@ BEGIN
     WHERE s.seen_ms < EXCLUDED.seen_ms - 1000;
   -- Outbox rows whose lease ended (their worker did not see the outcomes
   -- delivered): the transfers go back to their own flags, unpublished under
-  -- the row's lease, and the claim below takes them as any other.
+  -- the row's lease, and the claim below takes them as any other. A few rows
+  -- a call (up to 10,000 ids each); the rest wait for the next.
   WITH gone AS (
     DELETE FROM saga_outbox o
       WHERE o.seq IN (SELECT b.seq FROM saga_outbox b WHERE b.lease_until_ms < v_now
@@ -150,38 +151,37 @@ END $$;
 
 -- Outcomes delivered (any number of ids, in any order): the outbox rows
 -- listing them lose them (a row goes with its last), and the others' rows
--- get their flag. Only the outbox rows that list one of the ids are locked,
--- so workers marking their own batches never wait on each other. Custom
--- plans: with p_id a constant the server hashes `= ANY (p_id)`.
--- The flags' UPDATE is on one line for the plan test (instantiate_postgresql.cpp).
+-- get their flag. Only the outbox rows that list one of the ids are locked
+-- (a row deleted meanwhile, claimed by recovery, is skipped: its ids are
+-- flagged on their own rows by then), so workers marking their own batches
+-- never wait on each other. Custom plans: with p_id a constant the server
+-- hashes `= ANY (p_id)`. The flags' UPDATE is on one line for the plan test
+-- (instantiate_postgresql.cpp).
 CREATE OR REPLACE FUNCTION saga_mark_notified(p_id text[]) RETURNS void
   LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
-  v_seq bigint[];
-  v_rest text[] := p_id;
-  v_done text[];
-  v_canceled text[];
+  v_listed text[] := '{}';  -- the ids found in the outbox
+  v_hit text[];
+  v_rest text[];
   r record;
 BEGIN
-  SELECT array_agg(o.seq) INTO v_seq
-    FROM saga_outbox o
-    WHERE EXISTS (SELECT 1 FROM unnest(o.done || o.canceled) AS e(id) WHERE e.id = ANY (p_id));
-  IF v_seq IS NOT NULL THEN
-    -- A row deleted meanwhile (claimed by recovery) is skipped: its ids are
-    -- flagged on their own rows now, below.
-    FOR r IN SELECT o.seq, o.done, o.canceled FROM saga_outbox o
-               WHERE o.seq = ANY (v_seq) ORDER BY o.seq FOR UPDATE LOOP
-      v_rest := ARRAY(SELECT unnest(v_rest) EXCEPT SELECT unnest(r.done || r.canceled));
-      v_done := ARRAY(SELECT unnest(r.done) EXCEPT SELECT unnest(p_id));
-      v_canceled := ARRAY(SELECT unnest(r.canceled) EXCEPT SELECT unnest(p_id));
-      IF cardinality(v_done) = 0 AND cardinality(v_canceled) = 0 THEN
-        DELETE FROM saga_outbox WHERE seq = r.seq;
-      ELSE
-        UPDATE saga_outbox SET done = v_done, canceled = v_canceled WHERE seq = r.seq;
-      END IF;
-    END LOOP;
-  END IF;
-  IF cardinality(v_rest) > 0 THEN
+  FOR r IN SELECT o.seq, o.done, o.canceled FROM saga_outbox o
+             WHERE EXISTS (SELECT 1 FROM unnest(o.done || o.canceled) AS e(id) WHERE e.id = ANY (p_id))
+             ORDER BY o.seq FOR UPDATE LOOP
+    v_hit := ARRAY(SELECT e.id FROM unnest(r.done || r.canceled) AS e(id) WHERE e.id = ANY (p_id));
+    IF cardinality(v_hit) = cardinality(r.done) + cardinality(r.canceled) THEN
+      DELETE FROM saga_outbox WHERE seq = r.seq;
+    ELSE
+      UPDATE saga_outbox
+        SET done = ARRAY(SELECT unnest(r.done) EXCEPT SELECT unnest(v_hit)),
+            canceled = ARRAY(SELECT unnest(r.canceled) EXCEPT SELECT unnest(v_hit))
+        WHERE seq = r.seq;
+    END IF;
+    v_listed := v_listed || v_hit;
+  END LOOP;
+  -- Each listed id is in p_id, so as many means none is left.
+  IF cardinality(v_listed) < cardinality(p_id) THEN
+    v_rest := ARRAY(SELECT unnest(p_id) EXCEPT SELECT unnest(v_listed));
     -- By primary key (statements.sql had the reason when this was a statement).
     UPDATE saga_transfers SET notified = true WHERE id = ANY (v_rest) AND notified IS NOT TRUE AND state IN ('done', 'canceled');
   END IF;
