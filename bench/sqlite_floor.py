@@ -2,7 +2,8 @@
 """(f) The SQLite floor: the rows a finished transfer leaves in a sagapool
 SQLite store (its transfer row, its two postings, each linked to its
 account's one before, and its two accounts' balances and chain heads),
-written by bare set-based SQL in batches on one connection, with the
+and the batch's outbox row listing them (the store's since schema version
+7), written by bare set-based SQL in batches on one connection, with the
 workers' durability settings (WAL, synchronous=FULL). No saga, no broker,
 no pending entries, no outcome: what a ledger with this schema must at least
 write, so its rate bounds what sagapool can reach there.
@@ -56,6 +57,11 @@ UPDATE_ACCOUNTS = """
 UPDATE accounts SET balance = balance + d.delta, last_transfer = d.id, last_kind = d.kind
   FROM (SELECT account, sum(amount) AS delta, max(seq), id, kind FROM leg GROUP BY account) AS d
   WHERE accounts.id = d.account"""
+# The batch's outbox row (schema version 7): its finished transfers, which
+# the saga lists until Kafka confirms their outcomes.
+INSERT_OUTBOX = """
+INSERT INTO outbox(lease_until, finished_at, done, canceled)
+  SELECT :at, :at, json_group_array(id), '[]' FROM req WHERE n BETWEEN :lo AND :hi"""
 UPDATE_BALANCES_V3 = """
 UPDATE accounts SET balance = balance + d.delta
   FROM (SELECT account, sum(amount) AS delta FROM leg GROUP BY account) AS d
@@ -101,7 +107,7 @@ def main() -> int:
         db.execute("CREATE INDEX postings_account ON postings(account_id, at)")
         statements = (INSERT_TRANSFERS, FILL_LEGS, INSERT_POSTINGS_V3, UPDATE_BALANCES_V3)
     else:
-        statements = (INSERT_TRANSFERS, FILL_LEGS, INSERT_POSTINGS, UPDATE_ACCOUNTS)
+        statements = (INSERT_TRANSFERS, FILL_LEGS, INSERT_POSTINGS, UPDATE_ACCOUNTS, INSERT_OUTBOX)
     money = db.execute("SELECT sum(balance) FROM accounts").fetchone()[0]
     db.execute("CREATE TEMP TABLE req (n INTEGER PRIMARY KEY, id TEXT, src TEXT, dst TEXT, amount INTEGER)")
     db.executemany("INSERT INTO req VALUES (?, ?, ?, ?, ?)", requests(a.dist, a.transfers, a.accounts, a.seed))

@@ -91,6 +91,9 @@ def count_unfinished(ledger: Ledger) -> int:
         sql = (f"SELECT ({sql}) + (SELECT coalesce(sum(cardinality(done) + "
                "cardinality(canceled)), 0) FROM saga_outbox)")
         return int(ledger.rows(sql, "enable_seqscan = off", "enable_bitmapscan = off")[0][0])
+    # The same on SQLite (store/sqlite/sql/schema.sql, the outbox).
+    sql = (f"SELECT ({sql}) + (SELECT coalesce(sum(json_array_length(done) + "
+           "json_array_length(canceled)), 0) FROM outbox)")
     return int(ledger.rows(sql)[0][0])
 
 

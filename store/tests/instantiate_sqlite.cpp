@@ -70,6 +70,41 @@ void apply_in_scope(Store& store, std::vector<LegRequest> legs, bool commit = tr
   ASSERT_TRUE(store.end_scope(commit).is_ok());
 }
 
+// The first column of the first row of `sql` on the file, as text ("" for
+// none or NULL).
+std::string value(const std::string& path, const std::string& sql) {
+  sqlite3* raw = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(raw, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+  std::string out;
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != nullptr) {
+    out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  return out;
+}
+
+// ids finished in one scope, as a worker's batch finishes them; `canceled`
+// among them canceled.
+void finish_in_scope(Store& store, std::vector<std::string> ids, std::int64_t lease_ms,
+                     std::int64_t* at_ms = nullptr, const std::string& canceled = "") {
+  SAGA_ASSERT_OK(store.begin_scope());
+  std::vector<Transition> finish;
+  for (const std::string& id : ids) {
+    InsertResult inserted{};
+    SAGA_ASSERT_OK(insert_one(store, spec(id), "w1", lease_ms, inserted));
+    ASSERT_EQ(inserted, InsertResult::inserted);
+    finish.push_back({id, TransferState::initial,
+                      id == canceled ? TransferState::canceled : TransferState::done,
+                      id == canceled ? Reason::insufficient_funds : Reason::none, "w1", 1});
+  }
+  std::vector<std::uint8_t> applied(finish.size());
+  SAGA_ASSERT_OK(store.transition(finish, lease_ms, applied, at_ms));
+  SAGA_ASSERT_OK(store.end_scope(true));
+}
+
 }  // namespace
 
 // Schema version 1 had no reservation: `sagactl init` adds it, filled from
@@ -260,6 +295,157 @@ TEST(SqliteStore, ContractLinksTheOlderPostingsAndDropsTheAccountIndex) {
   apply_in_scope(*store, {{LegOp::credit, "t-6", "b", 60, ""}, {LegOp::debit, "t-7", "a", 70, ""}});
   EXPECT_EQ(recent(*store, "a", 3), (std::vector<std::string>{"t-7/debit", "t-5/credit", "t-4/debit"}));
   EXPECT_EQ(recent(*store, "b"), (std::vector<std::string>{"t-6/credit", "t-2/credit", "t-1/credit"}));
+}
+
+// Finished in a batch on a store whose floor is 7: one outbox row lists the
+// batch's finished transfers, whose rows say published from the start and
+// are never written again, yet read as unpublished (documents, audit scan,
+// gauges) until the outcomes are marked; a partial mark shrinks the row, the
+// last one deletes it.
+TEST(SqliteStore, FinishedBatchesAreListedInTheOutboxUntilTheirOutcomesAreMarked) {
+  TempDir dir("sagapool-outbox");
+  const std::string path = current_file(dir);
+  std::unique_ptr<Store> s;
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, s));
+  SAGA_ASSERT_OK(s->begin_scope());
+  InsertResult inserted{};
+  SAGA_ASSERT_OK(insert_one(*s, spec("t-open"), "w1", 60'000, inserted));
+  SAGA_ASSERT_OK(s->end_scope(true));
+  std::int64_t at_ms = 0;
+  finish_in_scope(*s, {"t-a", "t-b", "t-c"}, 60'000, &at_ms, "t-c");
+
+  // The ids in order (a batch lists them in any).
+  const std::string listed = "(SELECT group_concat(value, ',') FROM (SELECT j.value FROM outbox o, "
+                             "json_each(o.done) j ORDER BY 1)) || '/' || canceled";
+  EXPECT_EQ(value(path, "SELECT " + listed + " || '/' || (finished_at = " + std::to_string(at_ms) +
+                            ") FROM outbox"),
+            R"(t-a,t-b/["t-c"]/1)");
+  EXPECT_EQ(value(path, "SELECT group_concat(id || ':' || notified, ',') FROM "
+                        "(SELECT * FROM transfers WHERE id <> 't-open' ORDER BY id)"),
+            "t-a:1,t-b:1,t-c:1");
+  const auto unpublished = [&] {
+    std::string out;
+    EXPECT_TRUE(s->scan_transfer_states([&](std::string_view id, TransferState st, bool notified) {
+                   if (is_terminal(st) && !notified) out += std::string(id) + ",";
+                 }).is_ok());
+    return out;
+  };
+  const auto gauges = [&] {
+    StateStatsTable stats;
+    EXPECT_TRUE(s->state_stats(stats).is_ok());
+    const StateStats& done = stats[static_cast<std::size_t>(TransferState::done)];
+    const StateStats& canceled = stats[static_cast<std::size_t>(TransferState::canceled)];
+    EXPECT_EQ(stats[static_cast<std::size_t>(TransferState::initial)].count, 1);  // t-open
+    if (done.count > 0) {
+      EXPECT_EQ(done.oldest_ms, at_ms);
+    }
+    return std::to_string(done.count) + "/" + std::to_string(canceled.count);
+  };
+  std::optional<TransferDoc> doc;
+  SAGA_ASSERT_OK(s->load_transfer("t-b", doc));
+  ASSERT_TRUE(doc);
+  EXPECT_FALSE(doc->notified);
+  EXPECT_EQ(unpublished(), "t-a,t-b,t-c,");
+  EXPECT_EQ(gauges(), "2/1");
+  // A second connection (another worker, sagactl) reads the same.
+  std::unique_ptr<Store> other;
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, other));
+  SAGA_ASSERT_OK(other->load_transfer("t-a", doc));
+  EXPECT_FALSE(doc->notified);
+
+  // Marked across two calls, as delivery reports come; an id twice, one
+  // never finished and one unknown change nothing.
+  SAGA_ASSERT_OK(s->mark_notified(std::vector<std::string_view>{"t-b", "t-open", "t-b", "t-none"}));
+  EXPECT_EQ(value(path, "SELECT " + listed + " FROM outbox"), R"(t-a/["t-c"])");
+  SAGA_ASSERT_OK(s->load_transfer("t-b", doc));
+  EXPECT_TRUE(doc->notified);
+  EXPECT_EQ(unpublished(), "t-a,t-c,");
+  EXPECT_EQ(gauges(), "1/1");
+  SAGA_ASSERT_OK(s->mark_notified(std::vector<std::string_view>{"t-c", "t-a"}));
+  EXPECT_EQ(value(path, "SELECT count(*) FROM outbox"), "0");
+  EXPECT_EQ(unpublished(), "");
+  EXPECT_EQ(gauges(), "0/0");
+  EXPECT_EQ(value(path, "SELECT count(*) FROM transfers WHERE notified = 0"), "1");  // t-open
+}
+
+// A worker that stopped before its outcomes were delivered leaves its outbox
+// row: once the row's lease ends, recovery claims those transfers like any
+// unpublished one (epoch and attempts up, its own lease), and the outcomes
+// are then marked on their rows. The stopped worker's late mark finds its
+// row gone and flags the row it delivered; a row rolled back is forgotten.
+TEST(SqliteStore, RecoveryClaimsTheTransfersOfAnOutboxRowWhoseLeaseEnded) {
+  TempDir dir("sagapool-outbox-recovery");
+  const std::string path = current_file(dir);
+  std::unique_ptr<Store> stopped, s;
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, stopped));
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, s));
+  finish_in_scope(*stopped, {"t-1", "t-2"}, 300);
+  std::vector<TransferDoc> claimed;
+  SAGA_ASSERT_OK(s->claim_expired("w2", 60'000, 10, claimed));
+  EXPECT_TRUE(claimed.empty());  // the lease has not ended
+  EXPECT_EQ(value(path, "SELECT count(*) FROM outbox"), "1");
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  SAGA_ASSERT_OK(s->claim_expired("w2", 60'000, 1, claimed));
+  ASSERT_EQ(claimed.size(), 1u);  // the limit holds; the other waits for the next call
+  EXPECT_EQ(value(path, "SELECT count(*) FROM outbox"), "0");
+  std::vector<TransferDoc> rest;
+  SAGA_ASSERT_OK(s->claim_expired("w2", 60'000, 10, rest));
+  ASSERT_EQ(rest.size(), 1u);
+  claimed.push_back(rest.front());
+  std::set<std::string> ids;
+  for (const TransferDoc& d : claimed) {
+    ids.insert(d.id);
+    EXPECT_EQ(d.state, TransferState::done);
+    EXPECT_FALSE(d.notified);
+    EXPECT_EQ(d.owner, "w2");
+    EXPECT_EQ(d.epoch, 2);
+    EXPECT_EQ(d.attempts, 1);
+  }
+  EXPECT_EQ(ids, (std::set<std::string>{"t-1", "t-2"}));
+  SAGA_ASSERT_OK(stopped->mark_notified(std::vector<std::string_view>{"t-1"}));  // late
+  EXPECT_EQ(value(path, "SELECT group_concat(id, ',') FROM transfers WHERE notified = 0"), "t-2");
+  SAGA_ASSERT_OK(s->mark_notified(std::vector<std::string_view>{"t-2"}));  // the recovering one
+  EXPECT_EQ(value(path, "SELECT count(*) FROM transfers WHERE notified = 0"), "0");
+  SAGA_ASSERT_OK(s->claim_expired("w3", 60'000, 10, claimed));
+  EXPECT_TRUE(claimed.empty());
+
+  // A batch rolled back leaves no row, and its ids are not taken for it.
+  SAGA_ASSERT_OK(s->begin_scope());
+  InsertResult inserted{};
+  SAGA_ASSERT_OK(insert_one(*s, spec("t-3"), "w2", 60'000, inserted));
+  const Transition t{"t-3", TransferState::initial, TransferState::done, Reason::none, "w2", 1};
+  std::uint8_t applied = 0;
+  SAGA_ASSERT_OK(s->transition(std::span(&t, 1), 60'000, std::span(&applied, 1), nullptr));
+  SAGA_ASSERT_OK(s->mark_notified(std::vector<std::string_view>{"t-2"}));  // writes the batch behind
+  SAGA_ASSERT_OK(s->end_scope(false));
+  EXPECT_EQ(value(path, "SELECT count(*) FROM outbox") + "/" + value(path, "SELECT count(*) FROM transfers"),
+            "0/2");
+  finish_in_scope(*s, {"t-3"}, 60'000);
+  SAGA_ASSERT_OK(s->mark_notified(std::vector<std::string_view>{"t-3"}));
+  EXPECT_EQ(value(path, "SELECT count(*) FROM outbox"), "0");
+}
+
+// Until the floor is 7, builds that read only the flags may share the file
+// (a rolling upgrade between expand and contract): a finished batch leaves
+// its flags 0 and the outbox empty. A store sees the contract before its
+// next batch, once it reads the floor again.
+TEST(SqliteStore, TheOutboxIsWrittenOnlyOnceTheFloorIsSeven) {
+  TempDir dir("sagapool-outbox-floor");
+  const std::string path = current_file(dir);
+  exec(path, "UPDATE meta SET value = '6' WHERE key = 'schema_version'");
+  std::unique_ptr<Store> worker;
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, worker));
+  finish_in_scope(*worker, {"t-before"}, 5'000);
+  EXPECT_EQ(value(path, "SELECT count(*) FROM outbox"), "0");
+  EXPECT_EQ(value(path, "SELECT notified FROM transfers WHERE id = 't-before'"), "0");
+  std::unique_ptr<Store> admin;
+  SAGA_ASSERT_OK(open_store("sqlite:" + path, admin));
+  SAGA_ASSERT_OK(admin->contract_schema());
+  std::this_thread::sleep_for(std::chrono::milliseconds(10'100));  // kFloorRecheckMs
+  finish_in_scope(*worker, {"t-after"}, 5'000);
+  EXPECT_EQ(value(path, "SELECT done FROM outbox"), R"(["t-after"])");
+  EXPECT_EQ(value(path, "SELECT notified FROM transfers WHERE id = 't-after'"), "1");
 }
 
 }  // namespace sagapool::test

@@ -35,6 +35,11 @@ class SqliteReader final : public StoreReader {
     sqlite3_busy_timeout(db_.get(), 2000);
   }
 
+  // store/sqlite/sql/schema.sql, the outbox
+  std::string listed_unpublished() const override {
+    return "(SELECT coalesce(sum(json_array_length(done) + json_array_length(canceled)), 0) FROM outbox)";
+  }
+
   std::optional<std::vector<std::vector<std::string>>> query(const std::string& sql) override {
     sqlite3_stmt* raw = nullptr;
     if (sqlite3_prepare_v2(db_.get(), sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {

@@ -57,7 +57,7 @@ class StoreReader {
   explicit StoreReader(std::string table_prefix) : prefix_(std::move(table_prefix)) {}
   std::string table(const char* name) const { return prefix_ + name; }
   // An expression: finished transfers whose row says published but that are
-  // still listed as unpublished elsewhere (PostgreSQL's outbox).
+  // still listed as unpublished elsewhere (the stores' outbox).
   virtual std::string listed_unpublished() const { return "0"; }
 
  private:

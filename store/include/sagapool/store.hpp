@@ -50,7 +50,9 @@ namespace sagapool {
 // 6: PostgreSQL lists finished batches' unpublished transfers in an outbox
 //    table (expand: the table; written once the floor is 6). Nothing
 //    changes on SQLite or MongoDB.
-inline constexpr int kSchemaVersion = 6;
+// 7: SQLite does the same (expand: the table; written once the floor is 7).
+//    Nothing changes on PostgreSQL or MongoDB.
+inline constexpr int kSchemaVersion = 7;
 
 // Recorded in every store by `sagactl init` so that processes given the
 // stores in another number or order refuse to start instead of misplacing

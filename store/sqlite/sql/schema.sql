@@ -68,6 +68,21 @@ CREATE TABLE IF NOT EXISTS leg_voids (
   PRIMARY KEY (transfer_id, account_id, kind)
 ) WITHOUT ROWID;
 
+-- The outbox (schema version 7): the transfers a batch transaction finished
+-- whose outcomes are not yet delivered to Kafka, one row per batch, the ids
+-- as JSON arrays. Their rows say notified = 1 from the start, so a
+-- delivered outcome costs no write of its row (one per transfer before, and
+-- an entry in and out of transfers_open); delivery removes its id here.
+-- Recovery turns a row whose lease ended back into per-row flags. Written
+-- only once the floor is 7: builds of version 6 read only the flags.
+-- AUTOINCREMENT: a seq is never reused, so a worker that remembers its row
+-- never rewrites another's.
+CREATE TABLE IF NOT EXISTS outbox (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  lease_until INTEGER NOT NULL, finished_at INTEGER NOT NULL,
+  done TEXT NOT NULL, canceled TEXT NOT NULL
+);
+
 -- The worker registry (schema version 3): each running worker's build and a
 -- heartbeat; `sagactl migrate --contract` reads it. Version-2 builds never
 -- touch it, so adding it is an expand step.

@@ -83,27 +83,71 @@ SELECT id, source, destination, amount, currency, metadata, payload_hash, state,
     AND last_modified < ?1 ORDER BY last_modified LIMIT ?2;
 
 -- Unfinished transfers by creation; finished ones whose outcome is not yet
--- published by finish time. One pass over the transfers_open index.
+-- published by finish time, from their flags (one pass over the
+-- transfers_open index) and from the outbox.
 -- name: state_stats
-SELECT state, count(*),
-       min(CASE WHEN state = 'done' OR state = 'canceled' THEN finished_at ELSE created_at END),
-       sum(lease_until < ?1)
-  FROM transfers
-  WHERE ((state <> 'done' AND state <> 'canceled') OR notified = 0)
+SELECT state, sum(n), min(oldest), sum(stuck) FROM (
+  SELECT state, count(*) AS n,
+         min(CASE WHEN state = 'done' OR state = 'canceled' THEN finished_at ELSE created_at END)
+           AS oldest,
+         sum(lease_until < ?1) AS stuck
+    FROM transfers
+    WHERE ((state <> 'done' AND state <> 'canceled') OR notified = 0)
+    GROUP BY state
+  UNION ALL
+  SELECT 'done', json_array_length(done), finished_at,
+         CASE WHEN lease_until < ?1 THEN json_array_length(done) ELSE 0 END
+    FROM outbox WHERE done <> '[]'
+  UNION ALL
+  SELECT 'canceled', json_array_length(canceled), finished_at,
+         CASE WHEN lease_until < ?1 THEN json_array_length(canceled) ELSE 0 END
+    FROM outbox WHERE canceled <> '[]')
   GROUP BY state;
 
 -- name: scan_transfer_states
 SELECT id, state, notified FROM transfers;
 
 -- A transfer created and finished inside one batch transaction, written once
--- in its last state when the batch ends.
+-- in its last state when the batch ends; ?20: listed in the batch's outbox
+-- row, so its flag says published (schema.sql, the outbox).
 -- name: insert_fresh_transfer
 INSERT OR FAIL INTO transfers(id, source, destination, amount, currency, metadata,
     payload_hash, state, owner, epoch, lease_until, reason, created_at, last_modified,
     requested_at, finished_at, attempts, notified, origin_topic, origin_partition,
     origin_offset)
   VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-    ?15, ?16, 0, 0, ?17, ?18, ?19);
+    ?15, ?16, 0, ?20, ?17, ?18, ?19);
+
+-- The outbox (schema.sql) ------------------------------------------------------
+
+-- name: insert_outbox
+INSERT INTO outbox(lease_until, finished_at, done, canceled) VALUES (?1, ?2, ?3, ?4);
+
+-- name: rewrite_outbox
+UPDATE outbox SET done = ?2, canceled = ?3 WHERE seq = ?1;
+
+-- name: delete_outbox
+DELETE FROM outbox WHERE seq = ?1;
+
+-- name: expired_outbox
+SELECT seq, lease_until FROM outbox WHERE lease_until < ?1 ORDER BY seq LIMIT 8;
+
+-- An expired row's transfers flagged unpublished again, under its lease, for
+-- claim_expired to find.
+-- name: release_outbox
+UPDATE transfers SET notified = 0, lease_until = ?2
+  WHERE id IN (SELECT j.value FROM outbox o, json_each(o.done) j WHERE o.seq = ?1
+               UNION ALL
+               SELECT j.value FROM outbox o, json_each(o.canceled) j WHERE o.seq = ?1);
+
+-- name: outbox_ids
+SELECT j.value FROM outbox o, json_each(o.done) j
+UNION ALL
+SELECT j.value FROM outbox o, json_each(o.canceled) j;
+
+-- name: outbox_lists
+SELECT EXISTS (SELECT 1 FROM outbox o, json_each(o.done) j WHERE j.value = ?1)
+    OR EXISTS (SELECT 1 FROM outbox o, json_each(o.canceled) j WHERE j.value = ?1);
 
 -- Accounts --------------------------------------------------------------------
 

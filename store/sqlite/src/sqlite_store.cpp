@@ -11,8 +11,10 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "embedded_sql.hpp"
+#include "own_outbox.hpp"
 #include "sagapool/sqlite_store.hpp"
 #include "sqlite_util.hpp"
 
@@ -30,6 +32,38 @@ std::int64_t wall_now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// From this floor on, a batch lists its finished transfers in the outbox
+// (sql/schema.sql); below it, builds of version 6 may share the file, and
+// they read only the flags.
+constexpr int kOutboxFloor = 7;
+// How often a store below that floor reads it again, so that running
+// workers switch over after `sagactl migrate --contract`.
+constexpr std::int64_t kFloorRecheckMs = 10'000;
+
+// `ids` as a JSON array of strings.
+void write_json_array(std::string& out, std::span<const std::string_view> ids) {
+  out.assign(1, '[');
+  for (std::string_view id : ids) {
+    if (out.size() > 1) out += ',';
+    out += '"';
+    for (const char c : id) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        constexpr char kHex[] = "0123456789abcdef";
+        out += "\\u00";
+        out += kHex[(c >> 4) & 0xf];
+        out += kHex[c & 0xf];
+      } else {
+        out += c;
+      }
+    }
+    out += '"';
+  }
+  out += ']';
 }
 
 std::string_view leg_kind_name(LegOp op) {
@@ -243,6 +277,12 @@ class SqliteStore final : public Store {
   Status begin_scope() override {
     if (Status s = exec("BEGIN IMMEDIATE"); !s) return s;
     in_scope_ = true;
+    if (const std::int64_t now = wall_now_ms(); !outbox_ && now >= next_floor_check_ms_) {
+      int floor = 0, expanded = 0;
+      if (Status s = read_versions(floor, expanded); !s) return s;
+      outbox_ = floor >= kOutboxFloor;
+      next_floor_check_ms_ = now + kFloorRecheckMs;
+    }
     return Status::ok();
   }
 
@@ -251,8 +291,13 @@ class SqliteStore final : public Store {
     in_scope_ = false;
     scope_accounts_.clear();
     scope_fresh_.clear();
+    if (s && commit) s = exec("COMMIT");
+    if (s && commit) {
+      own_outbox_.commit();
+      return s;
+    }
+    own_outbox_.rollback();
     if (!s) return s;  // the caller rolls back with end_scope(false)
-    if (commit) return exec("COMMIT");
     // SQLite may already have rolled back on some errors.
     if (sqlite3_get_autocommit(db_.get()) == 0) return exec("ROLLBACK");
     return Status::ok();
@@ -386,14 +431,43 @@ class SqliteStore final : public Store {
     out.clear();
     Tx tx(*this);
     if (Status s = tx.begin(); !s) return s;
+    const std::int64_t now = wall_now_ms();
+    if (Status s = release_expired_outbox(now); !s) return s;
     Stmt* st = nullptr;
     if (Status s = prepare("claim_expired", st); !s) return s;
     bind_arg(st, 1, owner);
-    bind_arg(st, 2, wall_now_ms());
+    bind_arg(st, 2, now);
     bind_arg(st, 3, lease_ms);
     bind_arg(st, 4, static_cast<std::int64_t>(limit));
     if (Status s = read_docs(st, out, "claim expired"); !s) return s;
     return tx.commit();
+  }
+
+  // Outbox rows whose lease ended (their worker stopped before Kafka
+  // confirmed the outcomes) become per-row flags again, unpublished under
+  // that lease, for the claim that follows.
+  Status release_expired_outbox(std::int64_t now) {
+    Stmt* st = nullptr;
+    if (Status s = prepare("expired_outbox", st); !s) return s;
+    bind_arg(st, 1, now);
+    expired_.clear();
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "read outbox");
+      expired_.emplace_back(sqlite3_column_int64(st->get(), 0), sqlite3_column_int64(st->get(), 1));
+    }
+    sqlite3_reset(st->get());
+    for (const auto& [seq, lease_until] : expired_) {
+      if (Status s = prepare("release_outbox", st); !s) return s;
+      bind_arg(st, 1, seq);
+      bind_arg(st, 2, lease_until);
+      if (Status s = step_done(st, "release outbox"); !s) return s;
+      if (Status s = prepare("delete_outbox", st); !s) return s;
+      bind_arg(st, 1, seq);
+      if (Status s = step_done(st, "delete outbox"); !s) return s;
+    }
+    return Status::ok();
   }
 
   Status take_over(std::string_view id, std::string_view owner, std::int64_t lease_ms,
@@ -425,10 +499,49 @@ class SqliteStore final : public Store {
     Stmt* st = nullptr;
     if (Status s = prepare("mark_notified", st); !s) return s;
     for (std::string_view id : ids) {
+      if (own_outbox_.deliver(id)) continue;
       bind_arg(st, 1, id);
       if (Status s = step_done(st, "mark notified"); !s) return s;
     }
+    if (Status s = own_outbox_.write_touched([&](OwnOutbox::Row& row) { return write_outbox_row(row); });
+        !s) {
+      return s;
+    }
     return tx.commit();
+  }
+
+  // What `row` lists now: rewritten, or deleted once it lists nothing. If
+  // recovery released it meanwhile (this worker was paused past its lease),
+  // its ids are flagged unpublished on their rows: the delivered ones are
+  // flagged published again there.
+  Status write_outbox_row(OwnOutbox::Row& row) {
+    Stmt* st = nullptr;
+    if (row.left == 0) {
+      if (Status s = prepare("delete_outbox", st); !s) return s;
+      bind_arg(st, 1, row.seq);
+    } else {
+      outbox_done_.clear();
+      outbox_canceled_.clear();
+      for (const auto& e : row.entries) {
+        if (!e.delivered) (e.canceled ? outbox_canceled_ : outbox_done_).push_back(row.id(e));
+      }
+      write_json_array(json_done_, outbox_done_);
+      write_json_array(json_canceled_, outbox_canceled_);
+      if (Status s = prepare("rewrite_outbox", st); !s) return s;
+      bind_arg(st, 1, row.seq);
+      bind_arg(st, 2, std::string_view(json_done_));
+      bind_arg(st, 3, std::string_view(json_canceled_));
+    }
+    if (Status s = step_done(st, "write outbox"); !s) return s;
+    if (sqlite3_changes(db_.get()) == 1) return Status::ok();
+    if (Status s = prepare("mark_notified", st); !s) return s;
+    for (const auto& e : row.entries) {
+      if (!e.delivered) continue;
+      bind_arg(st, 1, row.id(e));
+      if (Status s = step_done(st, "mark notified"); !s) return s;
+    }
+    row.left = 0;
+    return Status::ok();
   }
 
   Status load_transfer(std::string_view id, std::optional<TransferDoc>& out) override {
@@ -439,8 +552,15 @@ class SqliteStore final : public Store {
     bind_arg(st, 1, id);
     std::vector<TransferDoc> docs;
     if (Status s = read_docs(st, docs, "load transfer"); !s) return s;
-    if (!docs.empty()) out = std::move(docs.front());
-    return Status::ok();
+    if (docs.empty()) return Status::ok();
+    out = std::move(docs.front());
+    if (!out->notified) return Status::ok();
+    if (Status s = prepare("outbox_lists", st); !s) return s;  // then not published yet
+    bind_arg(st, 1, id);
+    const int rc = sqlite3_step(st->get());
+    if (rc == SQLITE_ROW && sqlite3_column_int(st->get(), 0) != 0) out->notified = false;
+    sqlite3_reset(st->get());
+    return rc == SQLITE_ROW ? Status::ok() : error(rc, "read outbox");
   }
 
   Status list_stale(std::int64_t before_ms, std::size_t limit,
@@ -479,6 +599,15 @@ class SqliteStore final : public Store {
       const std::function<void(std::string_view, TransferState, bool)>& fn) override {
     if (Status s = write_behind(); !s) return s;
     Stmt* st = nullptr;
+    std::unordered_set<std::string, StringHash, std::equal_to<>> listed;  // in the outbox: unpublished
+    if (Status s = prepare("outbox_ids", st); !s) return s;
+    for (;;) {
+      const int rc = sqlite3_step(st->get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return error(rc, "read outbox");
+      listed.insert(column_text(st->get(), 0));
+    }
+    sqlite3_reset(st->get());
     if (Status s = prepare("scan_transfer_states", st); !s) return s;
     for (;;) {
       const int rc = sqlite3_step(st->get());
@@ -489,7 +618,8 @@ class SqliteStore final : public Store {
         sqlite3_reset(st->get());
         return Status::fatal("transfer with unknown state: " + column_text(st->get(), 0));
       }
-      fn(column_view(st->get(), 0), *state, sqlite3_column_int(st->get(), 2) != 0);
+      const std::string_view id = column_view(st->get(), 0);
+      fn(id, *state, sqlite3_column_int(st->get(), 2) != 0 && !listed.contains(id));
     }
     sqlite3_reset(st->get());
     return Status::ok();
@@ -1257,7 +1387,16 @@ class SqliteStore final : public Store {
     }
     Stmt* row = nullptr;
     if (Status s = prepare("insert_fresh_transfer", row); !s) return s;
+    outbox_done_.clear();
+    outbox_canceled_.clear();
+    std::int64_t outbox_lease = 0, outbox_finished = 0;
     for (auto& [id, f] : scope_fresh_) {
+      const bool listed = outbox_ && is_terminal(f.state);
+      if (listed) {
+        (f.state == TransferState::done ? outbox_done_ : outbox_canceled_).push_back(id);
+        outbox_lease = std::max(outbox_lease, f.lease_until);
+        outbox_finished = outbox_finished == 0 ? f.finished_at : std::min(outbox_finished, f.finished_at);
+      }
       bind_arg(row, 1, std::string_view(id));
       bind_arg(row, 2, std::string_view(f.source));
       bind_arg(row, 3, std::string_view(f.destination));
@@ -1277,6 +1416,7 @@ class SqliteStore final : public Store {
       bind_arg(row, 17, std::string_view(f.origin_topic));
       bind_arg(row, 18, static_cast<std::int64_t>(f.origin_partition));
       bind_arg(row, 19, f.origin_offset);
+      bind_arg(row, 20, static_cast<std::int64_t>(listed));
       if (Status s = step_done(row, "insert transfer"); !s) return s;
       for (const auto& [mark, account, reserve] :
            {std::tuple{kSourcePending, &f.source, f.held_source},
@@ -1288,8 +1428,27 @@ class SqliteStore final : public Store {
         if (Status s = step_done(pend, "pending entry"); !s) return s;
       }
     }
+    if (!outbox_done_.empty() || !outbox_canceled_.empty()) {
+      if (Status s = insert_outbox(outbox_lease, outbox_finished); !s) return s;
+    }
     // They are rows now: later transitions and releases must go to the table.
     scope_fresh_.clear();
+    return Status::ok();
+  }
+
+  // One row listing outbox_done_ and outbox_canceled_, which this
+  // connection remembers once the transaction commits.
+  Status insert_outbox(std::int64_t lease_until, std::int64_t finished_at) {
+    write_json_array(json_done_, outbox_done_);
+    write_json_array(json_canceled_, outbox_canceled_);
+    Stmt* st = nullptr;
+    if (Status s = prepare("insert_outbox", st); !s) return s;
+    bind_arg(st, 1, lease_until);
+    bind_arg(st, 2, finished_at);
+    bind_arg(st, 3, std::string_view(json_done_));
+    bind_arg(st, 4, std::string_view(json_canceled_));
+    if (Status s = step_done(st, "insert outbox"); !s) return s;
+    own_outbox_.add_uncommitted(sqlite3_last_insert_rowid(db_.get()), outbox_done_, outbox_canceled_);
     return Status::ok();
   }
 
@@ -1327,6 +1486,12 @@ class SqliteStore final : public Store {
   StatementCache statements_;
   bool in_scope_ = false;
   bool out_bool_ = false;
+  bool outbox_ = false;  // the floor is kOutboxFloor or more
+  std::int64_t next_floor_check_ms_ = 0;
+  OwnOutbox own_outbox_;
+  std::vector<std::string_view> outbox_done_, outbox_canceled_;  // a row's ids, reused
+  std::string json_done_, json_canceled_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> expired_;  // outbox rows: seq, lease
   struct StringHash {
     using is_transparent = void;
     std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
