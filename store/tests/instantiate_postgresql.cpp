@@ -744,24 +744,8 @@ TEST(PgStore, FinishedBatchesAreListedInTheOutboxUntilTheirOutcomesAreMarked) {
   EXPECT_EQ(psql_value(server, db, "SELECT string_agg(id || ':' || notified || ':' || ctid, ',' ORDER BY id) "
                                    "FROM saga_transfers WHERE id <> 't-open'"),
             "t-a:true:(0,1),t-b:true:(0,2),t-c:true:(0,3)");
-  const auto unpublished = [&] {
-    std::string out;
-    EXPECT_TRUE(s->scan_transfer_states([&](std::string_view id, TransferState st, bool notified) {
-                   if (is_terminal(st) && !notified) out += std::string(id) + ",";
-                 }).is_ok());
-    return out;
-  };
-  const auto gauges = [&] {
-    StateStatsTable stats;
-    EXPECT_TRUE(s->state_stats(stats).is_ok());
-    const StateStats& done = stats[static_cast<std::size_t>(TransferState::done)];
-    const StateStats& canceled = stats[static_cast<std::size_t>(TransferState::canceled)];
-    EXPECT_EQ(stats[static_cast<std::size_t>(TransferState::initial)].count, 1);  // t-open
-    if (done.count > 0) {
-      EXPECT_EQ(done.oldest_ms, at_ms);
-    }
-    return std::to_string(done.count) + "/" + std::to_string(canceled.count);
-  };
+  const auto unpublished = [&] { return unpublished_ids(*s); };
+  const auto gauges = [&] { return unpublished_counts(*s, at_ms); };  // t-open still initial
   std::optional<TransferDoc> doc;
   SAGA_ASSERT_OK(s->load_transfer("t-b", doc));
   ASSERT_TRUE(doc);
@@ -819,16 +803,7 @@ TEST(PgStore, RecoveryClaimsTheTransfersOfAnOutboxRowWhoseLeaseEnded) {
   SAGA_ASSERT_OK(s->claim_expired("w2", 60'000, 10, rest));
   ASSERT_EQ(rest.size(), 1u);
   claimed.push_back(rest.front());
-  std::set<std::string> ids;
-  for (const TransferDoc& d : claimed) {
-    ids.insert(d.id);
-    EXPECT_EQ(d.state, TransferState::done);
-    EXPECT_FALSE(d.notified);
-    EXPECT_EQ(d.owner, "w2");
-    EXPECT_EQ(d.epoch, 2);
-    EXPECT_EQ(d.attempts, 1);
-  }
-  EXPECT_EQ(ids, (std::set<std::string>{"t-1", "t-2"}));
+  expect_reclaimed(claimed, {"t-1", "t-2"}, "w2");
   SAGA_ASSERT_OK(s->mark_notified(std::vector<std::string_view>{"t-1"}));  // the stopped worker, late
   SAGA_ASSERT_OK(s->mark_notified(std::vector<std::string_view>{"t-1", "t-2"}));  // the recovering one
   EXPECT_EQ(psql_value(server, db, "SELECT count(*) FROM saga_transfers WHERE NOT notified"), "0");

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,17 @@ inline Account make_account(std::string id, std::int64_t balance, std::int64_t m
 // `result` gets its InsertResult.
 Status insert_one(Store& s, const TransferSpec& t, std::string_view owner, std::int64_t lease_ms,
                   InsertResult& result);
+
+// What the outbox tests read back: the finished transfers the audit's scan
+// sees unpublished ("id,id,"), and the gauges' unpublished counts
+// ("done/canceled"), checking that the oldest done one finished at
+// `finished_at_ms` and that one transfer is still `initial`.
+std::string unpublished_ids(Store& s);
+std::string unpublished_counts(Store& s, std::int64_t finished_at_ms);
+// Recovery took exactly `ids`, done transfers whose outcomes were never
+// published, for `owner`: epoch 2, one attempt.
+void expect_reclaimed(const std::vector<TransferDoc>& claimed, const std::set<std::string>& ids,
+                      std::string_view owner);
 
 // The op of a random leg, from a roll of 0-99: 35% debit, 30% credit,
 // 15% cancel_debit, 10% cancel_credit, 10% release.

@@ -53,6 +53,40 @@ Status insert_one(Store& s, const TransferSpec& t, std::string_view owner, std::
   return s.insert_transfers(std::span(&n, 1), owner, lease_ms, std::span(&result, 1));
 }
 
+std::string unpublished_ids(Store& s) {
+  std::string out;
+  EXPECT_TRUE(s.scan_transfer_states([&](std::string_view id, TransferState st, bool notified) {
+                 if (is_terminal(st) && !notified) out += std::string(id) + ",";
+               }).is_ok());
+  return out;
+}
+
+std::string unpublished_counts(Store& s, std::int64_t finished_at_ms) {
+  StateStatsTable stats;
+  EXPECT_TRUE(s.state_stats(stats).is_ok());
+  const StateStats& done = stats[static_cast<std::size_t>(TransferState::done)];
+  const StateStats& canceled = stats[static_cast<std::size_t>(TransferState::canceled)];
+  EXPECT_EQ(stats[static_cast<std::size_t>(TransferState::initial)].count, 1);
+  if (done.count > 0) {
+    EXPECT_EQ(done.oldest_ms, finished_at_ms);
+  }
+  return std::to_string(done.count) + "/" + std::to_string(canceled.count);
+}
+
+void expect_reclaimed(const std::vector<TransferDoc>& claimed, const std::set<std::string>& ids,
+                      std::string_view owner) {
+  std::set<std::string> got;
+  for (const TransferDoc& d : claimed) {
+    got.insert(d.id);
+    EXPECT_EQ(d.state, TransferState::done);
+    EXPECT_FALSE(d.notified);
+    EXPECT_EQ(d.owner, owner);
+    EXPECT_EQ(d.epoch, 2);
+    EXPECT_EQ(d.attempts, 1);
+  }
+  EXPECT_EQ(got, ids);
+}
+
 InsertResult StoreTest::insert(const TransferSpec& t, std::string_view owner,
                                std::int64_t lease_ms) {
   InsertResult r = InsertResult::conflict;
