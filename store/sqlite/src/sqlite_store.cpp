@@ -277,10 +277,11 @@ class SqliteStore final : public Store {
   Status begin_scope() override {
     if (Status s = exec("BEGIN IMMEDIATE"); !s) return s;
     in_scope_ = true;
+    // A floor that cannot be read leaves the outbox off until the next try:
+    // the batch itself goes on.
     if (const std::int64_t now = wall_now_ms(); !outbox_ && now >= next_floor_check_ms_) {
       int floor = 0, expanded = 0;
-      if (Status s = read_versions(floor, expanded); !s) return s;
-      outbox_ = floor >= kOutboxFloor;
+      outbox_ = read_versions(floor, expanded).is_ok() && floor >= kOutboxFloor;
       next_floor_check_ms_ = now + kFloorRecheckMs;
     }
     return Status::ok();
@@ -544,23 +545,28 @@ class SqliteStore final : public Store {
     return Status::ok();
   }
 
+  // The row and the outbox in one snapshot, as recovery may release the
+  // outbox row in between.
   Status load_transfer(std::string_view id, std::optional<TransferDoc>& out) override {
     if (Status s = write_behind(); !s) return s;
     out.reset();
+    Tx tx(*this, Tx::kRead);
+    if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
     if (Status s = prepare("load_transfer", st); !s) return s;
     bind_arg(st, 1, id);
     std::vector<TransferDoc> docs;
     if (Status s = read_docs(st, docs, "load transfer"); !s) return s;
-    if (docs.empty()) return Status::ok();
+    if (docs.empty()) return tx.commit();
     out = std::move(docs.front());
-    if (!out->notified) return Status::ok();
+    if (!out->notified) return tx.commit();
     if (Status s = prepare("outbox_lists", st); !s) return s;  // then not published yet
     bind_arg(st, 1, id);
     const int rc = sqlite3_step(st->get());
     if (rc == SQLITE_ROW && sqlite3_column_int(st->get(), 0) != 0) out->notified = false;
     sqlite3_reset(st->get());
-    return rc == SQLITE_ROW ? Status::ok() : error(rc, "read outbox");
+    if (rc != SQLITE_ROW) return error(rc, "read outbox");
+    return tx.commit();
   }
 
   Status list_stale(std::int64_t before_ms, std::size_t limit,
@@ -598,6 +604,8 @@ class SqliteStore final : public Store {
   Status scan_transfer_states(
       const std::function<void(std::string_view, TransferState, bool)>& fn) override {
     if (Status s = write_behind(); !s) return s;
+    Tx tx(*this, Tx::kRead);  // the outbox and the rows in one snapshot
+    if (Status s = tx.begin(); !s) return s;
     Stmt* st = nullptr;
     std::unordered_set<std::string, StringHash, std::equal_to<>> listed;  // in the outbox: unpublished
     if (Status s = prepare("outbox_ids", st); !s) return s;
@@ -622,7 +630,7 @@ class SqliteStore final : public Store {
       fn(id, *state, sqlite3_column_int(st->get(), 2) != 0 && !listed.contains(id));
     }
     sqlite3_reset(st->get());
-    return Status::ok();
+    return tx.commit();
   }
 
   // ---- accounts and legs --------------------------------------------------
@@ -680,7 +688,7 @@ class SqliteStore final : public Store {
 
   Status load_accounts(std::span<const std::string_view> ids,
                        std::span<std::optional<Account>> out) override {
-    Tx tx(*this, "BEGIN");  // one read snapshot for the whole batch
+    Tx tx(*this, Tx::kRead);  // one read snapshot for the whole batch
     if (Status s = tx.begin(); !s) return s;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       out[i].reset();
@@ -1453,16 +1461,19 @@ class SqliteStore final : public Store {
   }
 
   // BEGIN IMMEDIATE takes the write lock up front, so two writers never
-  // deadlock on a lock upgrade; rolled back unless committed. Inside a scope
-  // the scope's transaction is used instead.
+  // deadlock on a lock upgrade; rolled back unless committed.
   class Tx {
    public:
+    static constexpr const char* kRead = "BEGIN";  // one snapshot, no write lock
     explicit Tx(SqliteStore& s, const char* begin = "BEGIN IMMEDIATE") : s_(s), begin_(begin) {}
     ~Tx() {
       if (open_) s_.exec("ROLLBACK").ignore();
     }
     Status begin() {
+      // Inside a scope its transaction is used; a read inside another call's
+      // transaction (take_over's of a finished transfer) uses that one.
       if (s_.in_scope_) return Status::ok();
+      if (begin_ == kRead && sqlite3_get_autocommit(s_.db_.get()) == 0) return Status::ok();
       Status s = s_.exec(begin_);
       open_ = s.is_ok();
       return s;
