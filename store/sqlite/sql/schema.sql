@@ -75,8 +75,8 @@ CREATE TABLE IF NOT EXISTS leg_voids (
 -- an entry in and out of transfers_open); delivery removes its id here.
 -- Recovery turns a row whose lease ended back into per-row flags. Written
 -- only once the floor is 7: builds of version 6 read only the flags.
--- AUTOINCREMENT: a seq is never reused, so a worker that remembers its row
--- never rewrites another's.
+-- AUTOINCREMENT: a committed seq is never reused, so a worker that
+-- remembers its row never rewrites another's (one rolled back it forgets).
 CREATE TABLE IF NOT EXISTS outbox (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
   lease_until INTEGER NOT NULL, finished_at INTEGER NOT NULL,
