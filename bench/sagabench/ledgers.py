@@ -17,6 +17,9 @@ class SqliteLedger:
     table, requested, finished = "transfers", "requested_at", "finished_at"
     # transfers_open's predicate, verbatim, so that SQLite counts the index.
     unfinished = "((state <> 'done' AND state <> 'canceled') OR notified = 0)"
+    # Finished transfers whose outcomes are not marked yet, listed in the
+    # outbox instead (store/sqlite/sql/schema.sql).
+    listed = "(SELECT coalesce(sum(json_array_length(done) + json_array_length(canceled)), 0) FROM outbox)"
 
     def __init__(self, template: Path, run: Path):
         self.path = run / "ledger.db"
@@ -37,6 +40,8 @@ class PostgresLedger:
     table, requested, finished = "saga_transfers", "requested_at_ms", "finished_at_ms"
     # saga_transfers_recovery's predicate, verbatim (see count_unfinished).
     unfinished = "state IN ('initial', 'pending', 'applied', 'canceling') OR NOT notified"
+    # As on SQLite (store/postgres/sql/migrations/0006_outbox.sql).
+    listed = "(SELECT coalesce(sum(cardinality(done) + cardinality(canceled)), 0) FROM saga_outbox)"
 
     def __init__(self, pg: Postgres, template: str, database: str):
         self.pg, self.database = pg, database
@@ -84,16 +89,9 @@ def count_unfinished(ledger: Ledger) -> int:
     index of them: what the run left to do, not the table's size. A
     PostgreSQL table the run filled is not analyzed yet, and the planner
     would read all of it (as the store's gauges once did, pg_store.cpp)."""
-    sql = f"SELECT count(*) FROM {ledger.table} WHERE {ledger.unfinished}"
+    sql = f"SELECT (SELECT count(*) FROM {ledger.table} WHERE {ledger.unfinished}) + {ledger.listed}"
     if isinstance(ledger, PostgresLedger):
-        # Finished batches' transfers whose outcomes are not marked yet are
-        # listed in the outbox instead (store/postgres/sql/migrations/0006_outbox.sql).
-        sql = (f"SELECT ({sql}) + (SELECT coalesce(sum(cardinality(done) + "
-               "cardinality(canceled)), 0) FROM saga_outbox)")
         return int(ledger.rows(sql, "enable_seqscan = off", "enable_bitmapscan = off")[0][0])
-    # The same on SQLite (store/sqlite/sql/schema.sql, the outbox).
-    sql = (f"SELECT ({sql}) + (SELECT coalesce(sum(json_array_length(done) + "
-           "json_array_length(canceled)), 0) FROM outbox)")
     return int(ledger.rows(sql)[0][0])
 
 
