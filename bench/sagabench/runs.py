@@ -4,7 +4,6 @@ on a real Kafka node; (e) scaling; (g) two PostgreSQL shards; (f) the
 SQLite floor; the half-load latency runs. Each measured run adds a row to
 the results."""
 import contextlib
-import dataclasses
 import http.client
 import re
 import sqlite3
@@ -339,7 +338,10 @@ class Bench:
         run_checked([self.bin / "sagactl", *ledger.store_args, "audit"],
                     f"{config} run {rep}: sagactl audit", log=run / "audit.out")
         ticks = worker_ticks + broker_ticks + server_ticks
-        cpu = f"{ticks / measure.TICKS_PER_S / fig.seen * 1000:.3f}"
+
+        def per_1k(t: int) -> str:
+            return f"{t / measure.TICKS_PER_S / fig.seen * 1000:.3f}"
+        cpu = per_1k(ticks)
         s50 = "-" if fig.steady_p50 is None else fig.steady_p50
         s99 = "-" if fig.steady_p99 is None else fig.steady_p99
         self.results.add(config, rep, fig.transfers_per_s, fig.p50, fig.p99, cpu, rss_max, s50, s99,
@@ -347,7 +349,9 @@ class Bench:
         note(f"{config} run {rep}: {n} transfers in {secs} s, {fig.transfers_per_s} transfers/s "
              f"(last third / first third {fig.sustained}), p50 {fig.p50} ms, "
              f"p99 {fig.p99} ms (after the first {STEADY_AFTER_MS // 1000} s: {s50} / {s99} ms), "
-             f"{cpu} CPU s/1k, worker peak RSS {rss_max // 1024} MiB, scraped {scraped:.2f}/s; audit passed")
+             f"{cpu} CPU s/1k (workers {per_1k(worker_ticks)}, broker {per_1k(broker_ticks)}, "
+             f"PostgreSQL {per_1k(server_ticks)}), worker peak RSS {rss_max // 1024} MiB, "
+             f"scraped {scraped:.2f}/s; audit passed")
         ledger.drop()
 
     def floor_run(self, config: str, rep: int, dist: str, batch: int, *flags: str) -> None:
@@ -449,15 +453,12 @@ class Bench:
                 self.saga_run(f"dk-{dist}", rep, "sqlite", dist, o.workers, self.run_n["sqlite"], 0, "kafka")
         say(f"(e) scaling on {o.scale_store}: 1, 2 and 4 workers, Zipf ({self.elapsed()})")
         end = b.phase_end(82)
-        measured = "ck-zipf" if o.scale_store == "postgres" else "dk-zipf"
-        for workers in (1, 2, 4):
-            if workers == o.workers:  # measured above
-                for row in self.results.of(measured):
-                    self.results.add(f"e-{workers}", *dataclasses.astuple(row)[1:])
-                continue
-            for rep in range(1, o.reps + 1):
-                if not b.rep_ok(rep, end, f"(e) with {workers} workers"):
-                    break
+        # Worker counts take turns, so a machine that drifts during the phase
+        # weighs on each count alike.
+        for rep in range(1, o.reps + 1):
+            if not b.rep_ok(rep, end, "(e)"):
+                break
+            for workers in (1, 2, 4):
                 self.saga_run(f"e-{workers}", rep, o.scale_store, "zipf", workers, self.run_n[o.scale_store], 0,
                               "kafka")
         # (g) against (c) on real Kafka, uniform: with Zipf the hot worker's
