@@ -426,7 +426,7 @@ class Bench:
     def sagapool(self) -> None:
         """(c), (d), (e), (g), the half-load runs, (f) and (h). What is left of
         the budget is shared out: (c) to 35 %, (d) to 50 %, real Kafka to 70 %,
-        (e) to 82 %, (g) to 89 %, the half-load runs to 94 %, (f) to 98 %, (h)
+        (e) to 85 %, (g) to 91 %, the half-load runs to 95 %, (f) to 98 %, (h)
         to 99 %, the rest for the report. The floors come last: they are
         references, not targets, and the sustained runs before them can
         overrun their shares."""
@@ -452,7 +452,7 @@ class Bench:
                 self.saga_run(f"ck-{dist}", rep, "postgres", dist, o.workers, self.run_n["postgres"], 0, "kafka")
                 self.saga_run(f"dk-{dist}", rep, "sqlite", dist, o.workers, self.run_n["sqlite"], 0, "kafka")
         say(f"(e) scaling on {o.scale_store}: 1, 2 and 4 workers, Zipf ({self.elapsed()})")
-        end = b.phase_end(82)
+        end = b.phase_end(85)
         # Worker counts take turns, so a machine that drifts during the phase
         # weighs on each count alike.
         for rep in range(1, o.reps + 1):
@@ -465,7 +465,7 @@ class Bench:
         # backlog (see "sustained") would decide both. Half of (c)'s
         # transfers, as two shards ran at under half its rate before.
         say(f"(g) two PostgreSQL shards (two servers), {o.workers} workers, uniform, real Kafka ({self.elapsed()})")
-        end = b.phase_end(89)
+        end = b.phase_end(91)
         self.run_n["postgres-shards"] = max(TRANSFERS_MIN, self.run_n["postgres"] // 2000 * 1000)
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "(g)"):
@@ -482,7 +482,7 @@ class Bench:
                 for which, store in (("c", "postgres"), ("d", "sqlite"))
                 for prefix, suffix, broker in (("half", "", "mock"), ("halfk", "k", "kafka"))]
         self.half_rates = [(config, rate) for config, _, _, rate in half]
-        end = b.phase_end(94)
+        end = b.phase_end(95)
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "the half-load runs"):
                 break
