@@ -372,6 +372,42 @@ TEST(PgStore, TheStateGaugesNeverReadTheWholeTable) {
   EXPECT_LT(reading(), table_pages / 10);
 }
 
+// The store's statements are never JIT-compiled. A batch's statements take
+// arrays of thousands of ids, so their estimated cost passed jit_above_cost,
+// and the server compiled their expressions again on every call: 5-13 % of
+// the machine's CPU samples at full load in libLLVM (docs/postgres.md,
+// "Speed"). Here the server compiles every statement it may; a session of
+// its own shows that it does.
+TEST(PgStore, TheStoresStatementsAreNeverJitCompiled) {
+  PgServer server({"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all", "jit=on",
+                   "jit_above_cost=0", "jit_inline_above_cost=0", "jit_optimize_above_cost=0"});
+  const std::string db = "no_jit";
+  auto s = open_initialised(server.create_database(db));
+  ASSERT_NE(s, nullptr);
+  psql_value(server, db, "CREATE EXTENSION pg_stat_statements");
+  psql_value(server, db, "SELECT pg_stat_statements_reset()");
+  SAGA_ASSERT_OK(s->create_accounts(std::vector<Account>{make_account("a", 100), make_account("b", 0)}));
+  std::optional<Account> a;
+  SAGA_ASSERT_OK(s->load_account("a", a));
+  ASSERT_TRUE(a.has_value());
+  StateStatsTable stats;
+  SAGA_ASSERT_OK(s->state_stats(stats));
+  psql_value(server, db, "SELECT sum(balance) AS no_jit_control FROM saga_accounts");
+  // "statements calls functions" over the entries the filter picks.
+  const auto compiled = [&](const std::string& filter) {
+    return psql_value(server, db,
+                      "SELECT count(*) || ' ' || coalesce(sum(calls), 0) || ' ' || coalesce(sum(jit_functions), 0) "
+                      "FROM pg_stat_statements WHERE " + filter);
+  };
+  const std::string control = compiled("query LIKE '%no_jit_control%' AND query NOT LIKE '%pg_stat_statements%'");
+  ASSERT_NE(control, "1 1 0") << "the server compiled nothing for its own session: the test would show nothing";
+  ASSERT_EQ(control.rfind("1 1 ", 0), 0u) << control;
+  const std::string store = compiled("query NOT LIKE '%no_jit_control%' AND query NOT LIKE '%pg_stat_statements%' "
+                                     "AND query NOT LIKE 'CREATE EXTENSION%'");
+  ASSERT_EQ(store.substr(store.rfind(' ')), " 0") << "statements, calls, functions compiled: " << store;
+  EXPECT_NE(store.rfind("0 ", 0), 0u) << "none of the store's statements was seen";
+}
+
 // Marking outcomes published finds its rows by primary key, whatever the
 // statistics say. An autovacuum that saw every outcome published made the
 // recovery index look empty, and the statement's generic plan (a prepared

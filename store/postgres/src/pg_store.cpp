@@ -1208,12 +1208,18 @@ class PgStore final : public Store {
                                                        : Status::retry_stage(message);
     }
     PQsetNoticeReceiver(c.get(), &PgStore::on_notice, this);
-    // Unless the server's configuration bounds lock waits itself (0: none).
+    // Lock waits bounded unless the server's configuration bounds them itself
+    // (0: none). No JIT: a batch's statements carry arrays of thousands of
+    // ids, so their estimated cost passes jit_above_cost, and the server
+    // compiled them anew on every call, a tenth of its CPU or more at full
+    // load, for statements that run in milliseconds (docs/postgres.md,
+    // "Speed").
     ResultPtr r(PQexec(c.get(), ("SELECT set_config('lock_timeout', '" + std::string(kLockTimeout) +
-                                 "', false) WHERE current_setting('lock_timeout') = '0'")
+                                 "', false) WHERE current_setting('lock_timeout') = '0'; "
+                                 "SET jit = off")
                                     .c_str()));
-    if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
-      return Status::retry_stage("postgresql " + display_ + ": cannot set lock_timeout: " +
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+      return Status::retry_stage("postgresql " + display_ + ": cannot set the session's settings: " +
                                  pg::describe(r.get(), c.get()));
     }
     conn_ = std::move(c);
