@@ -1211,9 +1211,8 @@ class PgStore final : public Store {
     // Lock waits bounded unless the server's configuration bounds them itself
     // (0: none). No JIT: a batch's statements carry arrays of thousands of
     // ids, so their estimated cost passes jit_above_cost, and the server
-    // compiled them anew on every call, a tenth of its CPU or more at full
-    // load, for statements that run in milliseconds (docs/postgres.md,
-    // "Speed").
+    // compiled them anew on every call, 8-18 % of its CPU at full load, for
+    // statements that run in milliseconds (docs/postgres.md, "Speed").
     ResultPtr r(PQexec(c.get(), ("SELECT set_config('lock_timeout', '" + std::string(kLockTimeout) +
                                  "', false) WHERE current_setting('lock_timeout') = '0'; "
                                  "SET jit = off")
