@@ -919,6 +919,98 @@ TEST(PgStore, TwoBatchesTakingOneNewTransferMoveItsMoneyOnce) {
   EXPECT_EQ(to->balance, 100);
 }
 
+// saga_settle walks a batch on accounts read unlocked and locks them last
+// (store/postgres/sql/functions.sql). Here another batch changes acct-a
+// between the two: it holds acct-a's lock, uncommitted, while t-1's batch
+// walks on acct-a's committed balance, and commits once t-1's batch waits
+// for the lock. t-1 must come out as if it ran after the other batch, and
+// no money may be made or lost. `other_from`/`other_to`: the other batch's
+// transfer of `other_amount` (acct-c holds 1000).
+struct SettleRace {
+  SettleResult result;
+  std::int64_t a = 0, b = 0, c = 0;
+  std::size_t t1_postings = 0;
+};
+SettleRace settle_racing(std::int64_t opening_a, const std::string& other_from, const std::string& other_to,
+                         std::int64_t other_amount, std::int64_t t1_amount) {
+  SettleRace out;
+  auto [server, db, walker] = fresh_database("settle_race");
+  EXPECT_NE(walker, nullptr);
+  if (!walker) return out;
+  std::unique_ptr<Store> other = open_initialised(server.url(db));
+  EXPECT_NE(other, nullptr);
+  if (!other) return out;
+  EXPECT_TRUE(walker->create_accounts(std::vector<Account>{make_account("acct-a", opening_a), make_account("acct-b", 0),
+                                                           make_account("acct-c", 1000)})
+                  .is_ok());
+  InsertResult inserted{};
+  std::uint8_t applied = 0;
+
+  const SettleRequest first{"t-other", other_from, other_to, other_amount, ""};
+  SettleResult first_result;
+  EXPECT_TRUE(other->begin_scope().is_ok());
+  EXPECT_TRUE(insert_one(*other, spec("t-other", other_from, other_to, other_amount), "w2", 5'000, inserted).is_ok());
+  EXPECT_TRUE(other->settle_sagas(std::span(&first, 1), std::span(&first_result, 1)).is_ok());
+  EXPECT_EQ(first_result.outcome, TransferState::done);
+
+  const SettleRequest t1{"t-1", "acct-a", "acct-b", t1_amount, ""};
+  EXPECT_TRUE(walker->begin_scope().is_ok());
+  EXPECT_TRUE(insert_one(*walker, spec("t-1", "acct-a", "acct-b", t1_amount), "w1", 5'000, inserted).is_ok());
+  Status settled;
+  std::thread walks([&] { settled = walker->settle_sagas(std::span(&t1, 1), std::span(&out.result, 1)); });
+  bool waits = false;
+  for (int i = 0; i < 200 && !waits; ++i) {
+    waits = psql_value(server, db,
+                       "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock'") == "1";
+    if (!waits) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(waits) << "t-1's batch never waited for acct-a's lock";
+  const Transition finish_other{"t-other", TransferState::initial, TransferState::done, Reason::none, "w2", 1};
+  EXPECT_TRUE(other->transition(std::span(&finish_other, 1), 5'000, std::span(&applied, 1), nullptr).is_ok());
+  EXPECT_TRUE(other->end_scope(true).is_ok());
+  walks.join();
+  EXPECT_TRUE(settled.is_ok()) << settled.message();
+  const Transition finish{"t-1", TransferState::initial, out.result.outcome, out.result.reason, "w1", 1};
+  EXPECT_TRUE(walker->transition(std::span(&finish, 1), 5'000, std::span(&applied, 1), nullptr).is_ok());
+  EXPECT_TRUE(walker->end_scope(true).is_ok());
+
+  std::optional<Account> a, b, c;
+  EXPECT_TRUE(walker->load_account("acct-a", a).is_ok());
+  EXPECT_TRUE(walker->load_account("acct-b", b).is_ok());
+  EXPECT_TRUE(walker->load_account("acct-c", c).is_ok());
+  if (a && b && c) out = {out.result, a->balance, b->balance, c->balance, 0};
+  std::vector<Posting> postings;
+  EXPECT_TRUE(walker->postings_for_transfer("t-1", postings).is_ok());
+  out.t1_postings = postings.size();
+  return out;
+}
+
+TEST(PgStore, AWalkOnABalanceThatFellMeanwhileRunsAgainOnTheLockedRow) {
+  // acct-a: 100, then 40 once the other batch took 60; t-1's 60 no longer fit.
+  const SettleRace r = settle_racing(100, "acct-a", "acct-c", 60, 60);
+  EXPECT_EQ(r.result.outcome, TransferState::canceled);
+  EXPECT_EQ(r.result.reason, Reason::insufficient_funds);
+  EXPECT_EQ(r.t1_postings, 0u);
+  EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(40, 0, 1060));
+}
+
+TEST(PgStore, AWalkThatStillHoldsKeepsWhatAnotherBatchCommittedMeanwhile) {
+  // acct-a: 100, then 150 once the other batch credited 50; t-1 takes 60 of it.
+  const SettleRace r = settle_racing(100, "acct-c", "acct-a", 50, 60);
+  EXPECT_EQ(r.result.outcome, TransferState::done);
+  EXPECT_EQ(r.t1_postings, 2u);
+  EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(90, 60, 950));
+}
+
+TEST(PgStore, ARefusalForTheBalanceIsDecidedAgainWhenTheBalanceChanged) {
+  // acct-a: 50, too little for t-1's 60 when walked, then 100 once credited.
+  const SettleRace r = settle_racing(50, "acct-c", "acct-a", 50, 60);
+  EXPECT_EQ(r.result.outcome, TransferState::done);
+  EXPECT_EQ(r.result.reason, Reason::none);
+  EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(40, 60, 950));
+}
+
 // A connection lost inside a scope: that call and every later one fail as
 // transient without running anywhere (never outside the transaction), the
 // scope cannot commit, nothing of it is stored, and the store reconnects

@@ -608,6 +608,21 @@ END $$;
 -- write of each account (one UPDATE per changed account for the batch).
 -- Generic plans from the first call: the custom plans a session makes for
 -- its first five took twice as long (the slots' join alone 20 times).
+--
+-- Walked first, locked last: the walk reads the accounts unlocked and
+-- writes its postings and voids; then the accounts are locked (id order)
+-- and the walk checked against them. It stands when every verdict it drew
+-- from a row is the one the row as locked gives: its flags and currency
+-- unchanged; every check it passed still passed with the balance and
+-- reservation moved by what changed meanwhile (the bounds b_* keep, per
+-- account, what those checks compared); and no leg refused for the balance
+-- of an account that changed. Then each balance moves by the walk's change.
+-- Otherwise its postings and voids are deleted and it runs again on the
+-- locked rows, as it always does when an account has no row (its bucket
+-- must be held before a verdict of "unknown account"). Batches that share
+-- an account (a hot one, or any two of thousands of transfers each) wait
+-- on each other only from the lock to their commit, no longer through the
+-- walk and the journal's writes (bench/REPORT.md, "The twentieth session").
 CREATE OR REPLACE FUNCTION saga_settle(p_transfer text[], p_source text[], p_destination text[],
     p_amount bigint[], p_currency text[])
   RETURNS TABLE (o_outcome text, o_reason text, o_currency text)
@@ -616,134 +631,224 @@ DECLARE
   c_max constant numeric := 9223372036854775807;
   v_now bigint := saga_now_ms();
   v_n integer := coalesce(array_length(p_transfer, 1), 0);
-  -- accounts, by slot
+  v_locked boolean := false;  -- the accounts read are locked: the walk is final
+  v_stands boolean;
+  v_slots integer;
+  -- accounts, by slot: as read (id order when unlocked), and as locked
   a_id text[];
   a_bal bigint[];
   a_bal0 bigint[];
   a_res bigint[];
+  a_res0 bigint[];
   a_min bigint[];
   a_cur text[];
   a_locked boolean[];
-  -- per transfer: its source's and destination's slots (NULL: no such account)
+  k_id text[];
+  k_bal bigint[];
+  k_res bigint[];
+  k_min bigint[];
+  k_cur text[];
+  k_locked boolean[];
+  -- per slot, what the walk's passed checks compared (NULL: none): the lowest
+  -- balance a debit left, the highest reservation a debit left, the highest
+  -- balance + reservation a credit left; and a leg refused for the balance
+  b_low bigint[];
+  b_res bigint[];
+  b_sum numeric[];
+  b_refused boolean[];
+  -- per transfer: its source's and destination's slots (NULL: no such
+  -- account), and its result
   l_src integer[];
   l_dst integer[];
+  r_outcome text[];
+  r_reason text[];
+  r_currency text[];
   -- new postings and voids, in order
-  w_n integer := 0;
-  w_tr text[] := '{}';
-  w_acc text[] := '{}';
-  w_kind text[] := '{}';
-  w_amount bigint[] := '{}';
-  v_n_voids integer := 0;
-  v_tr text[] := '{}';
-  v_acc text[] := '{}';
-  v_kind text[] := '{}';
+  w_n integer;
+  w_tr text[];
+  w_acc text[];
+  w_kind text[];
+  w_amount bigint[];
+  v_n_voids integer;
+  v_tr text[];
+  v_acc text[];
+  v_kind text[];
   s integer;
   d integer;
   v_amount bigint;
   v_cur text;
+  v_reason text;
 BEGIN
   IF v_n = 0 THEN
     RETURN;
   END IF;
-  -- The accounts, locked as saga_apply_legs locks them.
+  -- In id order, as the index gives them (no sort).
   SELECT array_agg(a.id), array_agg(a.balance), array_agg(a.min_balance),
       array_agg(a.currency), array_agg(a.locked), array_agg(a.reserved)
     INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
-    FROM saga_load_accounts_locked(p_source || p_destination) AS a;
-  SELECT array_agg(x.ks), array_agg(x.kd) INTO l_src, l_dst
-    FROM (SELECT u.n, s1.k AS ks, s2.k AS kd
-            FROM unnest(p_source, p_destination) WITH ORDINALITY AS u(src, dst, n)
-            LEFT JOIN unnest(a_id) WITH ORDINALITY AS s1(id, k) ON s1.id = u.src
-            LEFT JOIN unnest(a_id) WITH ORDINALITY AS s2(id, k) ON s2.id = u.dst
-            ORDER BY u.n) x;
-  a_bal0 := a_bal;
-
-  FOR i IN 1 .. v_n LOOP
-    s := l_src[i];
-    d := l_dst[i];
-    v_amount := p_amount[i];
-    o_outcome := 'canceled';
-    o_reason := NULL;
-    o_currency := '';
-    -- The debit.
-    IF s IS NULL THEN
-      o_reason := 'unknown_account';
-    ELSIF a_locked[s] THEN
-      o_reason := 'account_locked';
-    ELSIF p_currency[i] <> '' AND a_cur[s] <> '' AND a_cur[s] <> p_currency[i] THEN
-      o_reason := 'currency_mismatch';
-    ELSIF a_bal[s]::numeric - v_amount < a_min[s] THEN
-      o_reason := 'insufficient_funds';
-    ELSIF a_res[s]::numeric + v_amount > c_max THEN
-      o_reason := 'overflow';
+    FROM (SELECT * FROM saga_accounts WHERE id = ANY (p_source || p_destination) ORDER BY id) a;
+  LOOP
+    IF v_locked THEN
+      -- The accounts locked as saga_apply_legs locks them, the missing ones'
+      -- buckets included.
+      SELECT array_agg(a.id), array_agg(a.balance), array_agg(a.min_balance),
+          array_agg(a.currency), array_agg(a.locked), array_agg(a.reserved)
+        INTO a_id, a_bal, a_min, a_cur, a_locked, a_res
+        FROM saga_load_accounts_locked(p_source || p_destination) AS a;
     END IF;
-    IF o_reason IS NOT NULL THEN
-      -- Compensation voids the credit, then the debit that never posted.
-      v_n_voids := v_n_voids + 2;
-      v_tr[v_n_voids - 1] := p_transfer[i];
-      v_acc[v_n_voids - 1] := p_destination[i];
-      v_kind[v_n_voids - 1] := 'credit';
-      v_tr[v_n_voids] := p_transfer[i];
-      v_acc[v_n_voids] := p_source[i];
-      v_kind[v_n_voids] := 'debit';
-      RETURN NEXT;
+    SELECT array_agg(x.ks), array_agg(x.kd) INTO l_src, l_dst
+      FROM (SELECT u.n, s1.k AS ks, s2.k AS kd
+              FROM unnest(p_source, p_destination) WITH ORDINALITY AS u(src, dst, n)
+              LEFT JOIN unnest(a_id) WITH ORDINALITY AS s1(id, k) ON s1.id = u.src
+              LEFT JOIN unnest(a_id) WITH ORDINALITY AS s2(id, k) ON s2.id = u.dst
+              ORDER BY u.n) x;
+    IF NOT v_locked AND (array_position(l_src, NULL) IS NOT NULL OR array_position(l_dst, NULL) IS NOT NULL) THEN
+      v_locked := true;  -- an id without a row
       CONTINUE;
     END IF;
-    o_currency := a_cur[s];
-    v_cur := CASE WHEN p_currency[i] <> '' THEN p_currency[i] ELSE a_cur[s] END;
-    w_n := w_n + 1;
-    w_tr[w_n] := p_transfer[i];
-    w_acc[w_n] := p_source[i];
-    w_kind[w_n] := 'debit';
-    w_amount[w_n] := v_amount;
-    a_bal[s] := a_bal[s] - v_amount;
-    a_res[s] := a_res[s] + v_amount;  -- held for its reversal until the end of its saga
-    -- The credit, seeing the debit (the same account twice included).
-    IF d IS NULL THEN
-      o_reason := 'unknown_account';
-    ELSIF a_locked[d] THEN
-      o_reason := 'account_locked';
-    ELSIF v_cur <> '' AND a_cur[d] <> '' AND a_cur[d] <> v_cur THEN
-      o_reason := 'currency_mismatch';
-    ELSIF a_bal[d]::numeric + a_res[d] + v_amount > c_max THEN
-      o_reason := 'overflow';
-    END IF;
-    w_n := w_n + 1;
-    w_tr[w_n] := p_transfer[i];
-    w_amount[w_n] := v_amount;
-    IF o_reason IS NULL THEN
-      w_acc[w_n] := p_destination[i];
-      w_kind[w_n] := 'credit';
-      a_bal[d] := a_bal[d] + v_amount;
-      o_outcome := 'done';
-    ELSE
-      -- The credit voided, the debit reversed.
-      v_n_voids := v_n_voids + 1;
-      v_tr[v_n_voids] := p_transfer[i];
-      v_acc[v_n_voids] := p_destination[i];
-      v_kind[v_n_voids] := 'credit';
-      w_acc[w_n] := p_source[i];
-      w_kind[w_n] := 'reverse_debit';
-      a_bal[s] := a_bal[s] + v_amount;
-    END IF;
-    a_res[s] := a_res[s] - v_amount;  -- released, or given back by the reversal
-    RETURN NEXT;
-  END LOOP;
+    a_bal0 := a_bal;
+    a_res0 := a_res;
+    v_slots := coalesce(cardinality(a_id), 0);
+    b_low := array_fill(NULL::bigint, ARRAY[v_slots]);
+    b_res := array_fill(NULL::bigint, ARRAY[v_slots]);
+    b_sum := array_fill(NULL::numeric, ARRAY[v_slots]);
+    b_refused := array_fill(NULL::boolean, ARRAY[v_slots]);
+    r_outcome := array_fill('canceled'::text, ARRAY[v_n]);
+    r_reason := array_fill(NULL::text, ARRAY[v_n]);
+    r_currency := array_fill(''::text, ARRAY[v_n]);
+    w_n := 0;
+    w_tr := '{}';
+    w_acc := '{}';
+    w_kind := '{}';
+    w_amount := '{}';
+    v_n_voids := 0;
+    v_tr := '{}';
+    v_acc := '{}';
+    v_kind := '{}';
 
-  IF w_n > 0 THEN
-    INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
-      SELECT w.tr, w.acc, w.kind, w.amount, v_now
-        FROM unnest(w_tr, w_acc, w_kind, w_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
-        ORDER BY w.n;
-    -- Reservations end where they began: only balances change.
-    UPDATE saga_accounts a SET balance = x.bal
-      FROM unnest(a_id, a_bal, a_bal0) AS x(id, bal, bal0)
-      WHERE a.id = x.id AND x.bal <> x.bal0;
-  END IF;
-  IF v_n_voids > 0 THEN
-    INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
-      SELECT x.tr, x.acc, x.kind, v_now FROM unnest(v_tr, v_acc, v_kind) AS x(tr, acc, kind);
-  END IF;
+    FOR i IN 1 .. v_n LOOP
+      s := l_src[i];
+      d := l_dst[i];
+      v_amount := p_amount[i];
+      v_reason := NULL;
+      -- The debit.
+      IF s IS NULL THEN
+        v_reason := 'unknown_account';
+      ELSIF a_locked[s] THEN
+        v_reason := 'account_locked';
+      ELSIF p_currency[i] <> '' AND a_cur[s] <> '' AND a_cur[s] <> p_currency[i] THEN
+        v_reason := 'currency_mismatch';
+      ELSIF a_bal[s]::numeric - v_amount < a_min[s] THEN
+        v_reason := 'insufficient_funds';
+        b_refused[s] := true;
+      ELSIF a_res[s]::numeric + v_amount > c_max THEN
+        v_reason := 'overflow';
+        b_refused[s] := true;
+      END IF;
+      IF v_reason IS NOT NULL THEN
+        -- Compensation voids the credit, then the debit that never posted.
+        r_reason[i] := v_reason;
+        v_n_voids := v_n_voids + 2;
+        v_tr[v_n_voids - 1] := p_transfer[i];
+        v_acc[v_n_voids - 1] := p_destination[i];
+        v_kind[v_n_voids - 1] := 'credit';
+        v_tr[v_n_voids] := p_transfer[i];
+        v_acc[v_n_voids] := p_source[i];
+        v_kind[v_n_voids] := 'debit';
+        CONTINUE;
+      END IF;
+      r_currency[i] := a_cur[s];
+      v_cur := CASE WHEN p_currency[i] <> '' THEN p_currency[i] ELSE a_cur[s] END;
+      w_n := w_n + 1;
+      w_tr[w_n] := p_transfer[i];
+      w_acc[w_n] := p_source[i];
+      w_kind[w_n] := 'debit';
+      w_amount[w_n] := v_amount;
+      a_bal[s] := a_bal[s] - v_amount;
+      a_res[s] := a_res[s] + v_amount;  -- held for its reversal until the end of its saga
+      b_low[s] := least(b_low[s], a_bal[s]);
+      b_res[s] := greatest(b_res[s], a_res[s]);
+      -- The credit, seeing the debit (the same account twice included).
+      IF d IS NULL THEN
+        v_reason := 'unknown_account';
+      ELSIF a_locked[d] THEN
+        v_reason := 'account_locked';
+      ELSIF v_cur <> '' AND a_cur[d] <> '' AND a_cur[d] <> v_cur THEN
+        v_reason := 'currency_mismatch';
+      ELSIF a_bal[d]::numeric + a_res[d] + v_amount > c_max THEN
+        v_reason := 'overflow';
+        b_refused[d] := true;
+      END IF;
+      w_n := w_n + 1;
+      w_tr[w_n] := p_transfer[i];
+      w_amount[w_n] := v_amount;
+      IF v_reason IS NULL THEN
+        w_acc[w_n] := p_destination[i];
+        w_kind[w_n] := 'credit';
+        a_bal[d] := a_bal[d] + v_amount;
+        b_sum[d] := greatest(b_sum[d], a_bal[d]::numeric + a_res[d]);
+        r_outcome[i] := 'done';
+      ELSE
+        -- The credit voided, the debit reversed.
+        r_reason[i] := v_reason;
+        v_n_voids := v_n_voids + 1;
+        v_tr[v_n_voids] := p_transfer[i];
+        v_acc[v_n_voids] := p_destination[i];
+        v_kind[v_n_voids] := 'credit';
+        w_acc[w_n] := p_source[i];
+        w_kind[w_n] := 'reverse_debit';
+        a_bal[s] := a_bal[s] + v_amount;
+      END IF;
+      a_res[s] := a_res[s] - v_amount;  -- released, or given back by the reversal
+    END LOOP;
+
+    IF w_n > 0 THEN
+      INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
+        SELECT w.tr, w.acc, w.kind, w.amount, v_now
+          FROM unnest(w_tr, w_acc, w_kind, w_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
+          ORDER BY w.n;
+    END IF;
+    IF v_n_voids > 0 THEN
+      INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
+        SELECT x.tr, x.acc, x.kind, v_now FROM unnest(v_tr, v_acc, v_kind) AS x(tr, acc, kind);
+    END IF;
+    IF v_locked THEN
+      -- Reservations end where they began: only balances change.
+      UPDATE saga_accounts a SET balance = x.bal
+        FROM unnest(a_id, a_bal, a_bal0) AS x(id, bal, bal0)
+        WHERE a.id = x.id AND x.bal <> x.bal0;
+      EXIT;
+    END IF;
+
+    -- The accounts locked (rows only: every id had one), and the walk
+    -- checked against them.
+    SELECT array_agg(a.id), array_agg(a.balance), array_agg(a.min_balance),
+        array_agg(a.currency), array_agg(a.locked), array_agg(a.reserved)
+      INTO k_id, k_bal, k_min, k_cur, k_locked, k_res
+      FROM saga_accounts_locked(a_id) AS a;
+    SELECT k_id = a_id AND bool_and(
+        x.locked = x.klocked AND x.cur = x.kcur AND x.min = x.kmin
+        AND ((x.bal0 = x.kbal AND x.res0 = x.kres)
+          OR (x.refused IS NULL
+            AND (x.low IS NULL OR x.low::numeric + x.kbal - x.bal0 >= x.kmin)
+            AND (x.res IS NULL OR x.res::numeric + x.kres - x.res0 <= c_max)
+            AND (x.sum IS NULL OR x.sum + x.kbal - x.bal0 + x.kres - x.res0 <= c_max))))
+      INTO v_stands
+      FROM unnest(a_bal0, a_res0, a_min, a_cur, a_locked, k_bal, k_res, k_min, k_cur, k_locked,
+                  b_low, b_res, b_sum, b_refused)
+        AS x(bal0, res0, min, cur, locked, kbal, kres, kmin, kcur, klocked, low, res, sum, refused);
+    IF v_stands THEN
+      UPDATE saga_accounts a SET balance = (a.balance::numeric + x.bal - x.bal0)::bigint
+        FROM unnest(a_id, a_bal, a_bal0) AS x(id, bal, bal0)
+        WHERE a.id = x.id AND x.bal <> x.bal0;
+      EXIT;
+    END IF;
+    -- Walked on rows that changed: again, on the rows as locked.
+    DELETE FROM saga_postings WHERE transfer_id = ANY (p_transfer);
+    DELETE FROM saga_leg_voids WHERE transfer_id = ANY (p_transfer);
+    v_locked := true;
+  END LOOP;
+  RETURN QUERY SELECT * FROM unnest(r_outcome, r_reason, r_currency);
 END $$;
 
 -- All or nothing: returns the first id that exists already or is named
