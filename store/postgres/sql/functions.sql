@@ -596,6 +596,24 @@ BEGIN
   END IF;
 END $$;
 
+-- saga_settle's writes of one walk: its postings, in walk order, and its
+-- voids.
+CREATE OR REPLACE FUNCTION saga_write_walk(p_now bigint, p_tr text[], p_acc text[], p_kind text[],
+    p_amount bigint[], p_void_tr text[], p_void_acc text[], p_void_kind text[])
+  RETURNS void LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+  IF cardinality(p_tr) > 0 THEN
+    INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
+      SELECT w.tr, w.acc, w.kind, w.amount, p_now
+        FROM unnest(p_tr, p_acc, p_kind, p_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
+        ORDER BY w.n;
+  END IF;
+  IF cardinality(p_void_tr) > 0 THEN
+    INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
+      SELECT x.tr, x.acc, x.kind, p_now FROM unnest(p_void_tr, p_void_acc, p_void_kind) AS x(tr, acc, kind);
+  END IF;
+END $$;
+
 -- Whole sagas of transfers inserted in this transaction (Store::settle_sagas),
 -- one row per transfer, in input order: ('done' | 'canceled', the refused
 -- leg's reason, the source account's currency when its debit posted). Each
@@ -610,19 +628,19 @@ END $$;
 -- its first five took twice as long (the slots' join alone 20 times).
 --
 -- Walked first, locked last: the walk reads the accounts unlocked and
--- writes its postings and voids; then the accounts are locked (id order)
--- and the walk checked against them. It stands when every verdict it drew
--- from a row is the one the row as locked gives: its flags and currency
--- unchanged; every check it passed still passed with the balance and
+-- writes its postings and voids; then one UPDATE locks the accounts (id
+-- order) and moves each balance by the walk's change where the row as
+-- locked gives every verdict the walk drew from it: its flags and currency
+-- unchanged; every check the walk passed still passed with the balance and
 -- reservation moved by what changed meanwhile (the bounds b_* keep, per
 -- account, what those checks compared); and no leg refused for the balance
--- of an account that changed. Then each balance moves by the walk's change.
--- Otherwise its postings and voids are deleted and it runs again on the
--- locked rows, as it always does when an account has no row (its bucket
--- must be held before a verdict of "unknown account"). Batches that share
--- an account (a hot one, or any two of thousands of transfers each) wait
--- on each other only from the lock to their commit, no longer through the
--- walk and the journal's writes (bench/REPORT.md, "The twentieth session").
+-- of an account that changed. If a row does not, the block's writes and
+-- locks are undone (a subtransaction, one per call) and the walk runs again
+-- on the locked rows, as it always does when an account has no row (its
+-- bucket must be held before a verdict of "unknown account"). Batches that
+-- share an account (a hot one, or any two of thousands of transfers each)
+-- wait on each other only from the lock to their commit, no longer through
+-- the walk and the journal's writes (bench/REPORT.md, "The twentieth session").
 CREATE OR REPLACE FUNCTION saga_settle(p_transfer text[], p_source text[], p_destination text[],
     p_amount bigint[], p_currency text[])
   RETURNS TABLE (o_outcome text, o_reason text, o_currency text)
@@ -632,9 +650,9 @@ DECLARE
   v_now bigint := saga_now_ms();
   v_n integer := coalesce(array_length(p_transfer, 1), 0);
   v_locked boolean := false;  -- the accounts read are locked: the walk is final
-  v_stands boolean;
+  v_rows bigint;
   v_slots integer;
-  -- accounts, by slot: as read (id order when unlocked), and as locked
+  -- accounts, by slot (id order when read unlocked)
   a_id text[];
   a_bal bigint[];
   a_bal0 bigint[];
@@ -643,12 +661,6 @@ DECLARE
   a_min bigint[];
   a_cur text[];
   a_locked boolean[];
-  k_id text[];
-  k_bal bigint[];
-  k_res bigint[];
-  k_min bigint[];
-  k_cur text[];
-  k_locked boolean[];
   -- per slot, what the walk's passed checks compared (NULL: none): the lowest
   -- balance a debit left, the highest reservation a debit left, the highest
   -- balance + reservation a credit left; and a leg refused for the balance
@@ -802,51 +814,36 @@ BEGIN
       a_res[s] := a_res[s] - v_amount;  -- released, or given back by the reversal
     END LOOP;
 
-    IF w_n > 0 THEN
-      INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
-        SELECT w.tr, w.acc, w.kind, w.amount, v_now
-          FROM unnest(w_tr, w_acc, w_kind, w_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
-          ORDER BY w.n;
-    END IF;
-    IF v_n_voids > 0 THEN
-      INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
-        SELECT x.tr, x.acc, x.kind, v_now FROM unnest(v_tr, v_acc, v_kind) AS x(tr, acc, kind);
-    END IF;
     IF v_locked THEN
+      PERFORM saga_write_walk(v_now, w_tr, w_acc, w_kind, w_amount, v_tr, v_acc, v_kind);
       -- Reservations end where they began: only balances change.
       UPDATE saga_accounts a SET balance = x.bal
         FROM unnest(a_id, a_bal, a_bal0) AS x(id, bal, bal0)
         WHERE a.id = x.id AND x.bal <> x.bal0;
       EXIT;
     END IF;
-
-    -- The accounts locked (rows only: every id had one), and the walk
-    -- checked against them.
-    SELECT array_agg(a.id), array_agg(a.balance), array_agg(a.min_balance),
-        array_agg(a.currency), array_agg(a.locked), array_agg(a.reserved)
-      INTO k_id, k_bal, k_min, k_cur, k_locked, k_res
-      FROM saga_accounts_locked(a_id) AS a;
-    SELECT k_id = a_id AND bool_and(
-        x.locked = x.klocked AND x.cur = x.kcur AND x.min = x.kmin
-        AND ((x.bal0 = x.kbal AND x.res0 = x.kres)
-          OR (x.refused IS NULL
-            AND (x.low IS NULL OR x.low::numeric + x.kbal - x.bal0 >= x.kmin)
-            AND (x.res IS NULL OR x.res::numeric + x.kres - x.res0 <= c_max)
-            AND (x.sum IS NULL OR x.sum + x.kbal - x.bal0 + x.kres - x.res0 <= c_max))))
-      INTO v_stands
-      FROM unnest(a_bal0, a_res0, a_min, a_cur, a_locked, k_bal, k_res, k_min, k_cur, k_locked,
-                  b_low, b_res, b_sum, b_refused)
-        AS x(bal0, res0, min, cur, locked, kbal, kres, kmin, kcur, klocked, low, res, sum, refused);
-    IF v_stands THEN
+    BEGIN
+      PERFORM saga_write_walk(v_now, w_tr, w_acc, w_kind, w_amount, v_tr, v_acc, v_kind);
+      -- Locks every account, in id order (the join walks a_id, which is),
+      -- and moves its balance by the walk's change where the row as locked
+      -- gives the walk's verdicts; a row that does not is left out.
       UPDATE saga_accounts a SET balance = (a.balance::numeric + x.bal - x.bal0)::bigint
-        FROM unnest(a_id, a_bal, a_bal0) AS x(id, bal, bal0)
-        WHERE a.id = x.id AND x.bal <> x.bal0;
+        FROM unnest(a_id, a_bal, a_bal0, a_res0, a_min, a_cur, a_locked, b_low, b_res, b_sum, b_refused)
+          AS x(id, bal, bal0, res0, min, cur, locked, low, res, sum, refused)
+        WHERE a.id = x.id AND a.locked = x.locked AND a.currency = x.cur AND a.min_balance = x.min
+          AND ((a.balance = x.bal0 AND a.reserved = x.res0)
+            OR (x.refused IS NULL
+              AND (x.low IS NULL OR x.low::numeric + a.balance - x.bal0 >= a.min_balance)
+              AND (x.res IS NULL OR x.res::numeric + a.reserved - x.res0 <= c_max)
+              AND (x.sum IS NULL OR x.sum + a.balance - x.bal0 + a.reserved - x.res0 <= c_max)));
+      GET DIAGNOSTICS v_rows = ROW_COUNT;
+      IF v_rows <> v_slots THEN
+        RAISE EXCEPTION USING ERRCODE = 'SGW01';  -- undoes the block's writes and locks
+      END IF;
       EXIT;
-    END IF;
-    -- Walked on rows that changed: again, on the rows as locked.
-    DELETE FROM saga_postings WHERE transfer_id = ANY (p_transfer);
-    DELETE FROM saga_leg_voids WHERE transfer_id = ANY (p_transfer);
-    v_locked := true;
+    EXCEPTION WHEN SQLSTATE 'SGW01' THEN
+      v_locked := true;  -- walked on rows that changed: again, on the rows as locked
+    END;
   END LOOP;
   RETURN QUERY SELECT * FROM unnest(r_outcome, r_reason, r_currency);
 END $$;
