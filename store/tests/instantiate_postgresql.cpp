@@ -919,6 +919,43 @@ TEST(PgStore, TwoBatchesTakingOneNewTransferMoveItsMoneyOnce) {
   EXPECT_EQ(to->balance, 100);
 }
 
+// saga_settle's UPDATE takes the accounts' row locks, so it must take them
+// in one order for every batch (id order, as a_id is) or two batches could
+// wait on each other: a nested loop over a_id into the primary key, on a
+// ledger of 100,000 analysed accounts.
+TEST(PgStore, TheSettleLocksItsAccountsInIdOrder) {
+  PgServer server({"shared_preload_libraries=auto_explain", "auto_explain.log_min_duration=0",
+                   "auto_explain.log_nested_statements=on"});
+  const std::string db = "settle_lock_order";
+  auto s = open_initialised(server.create_database(db));
+  ASSERT_NE(s, nullptr);
+  psql_value(server, db,
+             "INSERT INTO saga_accounts (id, balance, opening_balance, min_balance, currency, locked) "
+             "SELECT 'acct-' || g, 1000000, 1000000, 0, '', false FROM generate_series(0, 99999) AS g; "
+             "ANALYZE saga_accounts");
+  std::vector<SettleRequest> batch;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 500; ++i) ids.push_back("t-" + std::to_string(i));
+  for (int i = 0; i < 500; ++i) {
+    batch.push_back({ids[static_cast<std::size_t>(i)], "acct-" + std::to_string(i * 7 % 100000),
+                     "acct-" + std::to_string(i * 13 % 100000 + 1), 1, ""});
+  }
+  std::vector<SettleResult> results(batch.size());
+  SAGA_ASSERT_OK(s->begin_scope());
+  SAGA_ASSERT_OK(s->settle_sagas(batch, results));
+  SAGA_ASSERT_OK(s->end_scope(true));
+  for (const SettleResult& r : results) ASSERT_EQ(r.outcome, TransferState::done);
+  const std::string plan = logged_plan(server, "UPDATE saga_accounts a SET balance = (a.balance::numeric");
+  ASSERT_FALSE(plan.empty()) << "auto_explain logged no plan of saga_settle's UPDATE";
+  const std::size_t loop = plan.find("Nested Loop");
+  const std::size_t outer = plan.find("Function Scan on x ");
+  const std::size_t inner = plan.find("Index Scan using saga_accounts_pkey on saga_accounts a");
+  EXPECT_NE(loop, std::string::npos) << plan;
+  EXPECT_NE(inner, std::string::npos) << plan;
+  EXPECT_TRUE(loop < outer && outer < inner) << plan;  // the outer side first: a_id's order
+  EXPECT_FALSE(contains(plan, "Sort")) << plan;
+}
+
 // saga_settle walks a batch on accounts read unlocked and locks them last
 // (store/postgres/sql/functions.sql). Here another batch changes acct-a
 // between the two: it holds acct-a's lock, uncommitted, while t-1's batch
