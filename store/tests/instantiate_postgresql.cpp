@@ -69,6 +69,14 @@ std::string logged_plan(const PgServer& server, const std::string& query) {
   return at == std::string::npos ? std::string() : log.substr(at, log.find("LOG:", at) - at);
 }
 
+// A server of the case's own whose log holds the plan of every statement,
+// those run inside functions too (read back with logged_plan).
+PgServer plan_logging_server(std::vector<std::string> settings = {}) {
+  settings.insert(settings.begin(), {"shared_preload_libraries=auto_explain", "auto_explain.log_min_duration=0",
+                                     "auto_explain.log_nested_statements=on"});
+  return PgServer(std::move(settings));
+}
+
 // A case's own database on the shared server, named after `base`,
 // initialised, and a store on it (null if that failed).
 struct FreshDatabase {
@@ -415,8 +423,7 @@ TEST(PgStore, TheStoresStatementsAreNeverJitCompiled) {
 // every plan is generic but where the store's function asks for custom
 // ones, and auto_explain logs the store's own, inside its function too.
 TEST(PgStore, MarkingOutcomesPublishedFindsThemByIdWhateverTheStatistics) {
-  PgServer server({"shared_preload_libraries=auto_explain", "auto_explain.log_min_duration=0",
-                   "auto_explain.log_nested_statements=on", "plan_cache_mode=force_generic_plan"});
+  PgServer server = plan_logging_server({"plan_cache_mode=force_generic_plan"});
   const std::string db = "notified";
   auto s = open_initialised(server.create_database(db));
   ASSERT_NE(s, nullptr);
@@ -440,8 +447,7 @@ TEST(PgStore, MarkingOutcomesPublishedFindsThemByIdWhateverTheStatistics) {
 // Here the table gets that state, the session makes its generic plan (the
 // sixth call), and the table fills before the last call.
 TEST(PgStore, ApplyingLegsFindsPendingEntriesByKeyWhateverTheStatistics) {
-  PgServer server({"shared_preload_libraries=auto_explain", "auto_explain.log_min_duration=0",
-                   "auto_explain.log_nested_statements=on"});
+  PgServer server = plan_logging_server();
   const std::string db = "pending_plan";
   auto s = open_initialised(server.create_database(db));
   ASSERT_NE(s, nullptr);
@@ -924,8 +930,7 @@ TEST(PgStore, TwoBatchesTakingOneNewTransferMoveItsMoneyOnce) {
 // wait on each other: a nested loop over a_id into the primary key, on a
 // ledger of 100,000 analysed accounts.
 TEST(PgStore, TheSettleLocksItsAccountsInIdOrder) {
-  PgServer server({"shared_preload_libraries=auto_explain", "auto_explain.log_min_duration=0",
-                   "auto_explain.log_nested_statements=on"});
+  PgServer server = plan_logging_server();
   const std::string db = "settle_lock_order";
   auto s = open_initialised(server.create_database(db));
   ASSERT_NE(s, nullptr);
@@ -933,13 +938,15 @@ TEST(PgStore, TheSettleLocksItsAccountsInIdOrder) {
              "INSERT INTO saga_accounts (id, balance, opening_balance, min_balance, currency, locked) "
              "SELECT 'acct-' || g, 1000000, 1000000, 0, '', false FROM generate_series(0, 99999) AS g; "
              "ANALYZE saga_accounts");
-  std::vector<SettleRequest> batch;
-  std::vector<std::string> ids;
-  for (int i = 0; i < 500; ++i) ids.push_back("t-" + std::to_string(i));
+  // SettleRequest holds views: the strings live here.
+  std::vector<std::string> ids, sources, destinations;
   for (int i = 0; i < 500; ++i) {
-    batch.push_back({ids[static_cast<std::size_t>(i)], "acct-" + std::to_string(i * 7 % 100000),
-                     "acct-" + std::to_string(i * 13 % 100000 + 1), 1, ""});
+    ids.push_back("t-" + std::to_string(i));
+    sources.push_back("acct-" + std::to_string(i * 7 % 100000));
+    destinations.push_back("acct-" + std::to_string(i * 13 % 100000 + 1));
   }
+  std::vector<SettleRequest> batch;
+  for (std::size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], sources[i], destinations[i], 1, ""});
   std::vector<SettleResult> results(batch.size());
   SAGA_ASSERT_OK(s->begin_scope());
   SAGA_ASSERT_OK(s->settle_sagas(batch, results));
