@@ -963,20 +963,26 @@ TEST(PgStore, TheSettleLocksItsAccountsInIdOrder) {
   EXPECT_FALSE(contains(plan, "Sort")) << plan;
 }
 
-// saga_settle walks a batch on accounts read unlocked and locks them last
-// (store/postgres/sql/functions.sql). Here another batch changes acct-a
+// saga_settle_batch walks a batch on accounts read unlocked and locks them
+// last (store/postgres/sql/functions.sql). Here another batch changes acct-a
 // between the two: it holds acct-a's lock, uncommitted, while t-1's batch
-// walks on acct-a's committed balance, and commits once t-1's batch waits
-// for the lock. t-1 must come out as if it ran after the other batch, and
-// no money may be made or lost. `other_from`/`other_to`: the other batch's
-// transfer of `other_amount` (acct-c holds 1000).
+// walks on acct-a's committed balance, and commits before t-1's batch takes
+// its locks. t-1 must come out as if it ran after the other batch, and no
+// money may be made or lost. `other_from`/`other_to`: the other batch's
+// transfer of `other_amount` (acct-c holds 1000). A leg refused for a
+// balance makes a walk take its locks in its own call: the other batch has
+// one (from acct-d, empty), so it holds its locks; t-1's batch has one too
+// unless `deferred`, and then leaves its lock pass to its COMMIT, which
+// fails when the walk no longer stands: the batch runs again, as a worker
+// runs it.
 struct SettleRace {
   SettleResult result;
   std::int64_t a = 0, b = 0, c = 0;
   std::size_t t1_postings = 0;
+  bool first_commit_failed = false;
 };
 SettleRace settle_racing(std::int64_t opening_a, const std::string& other_from, const std::string& other_to,
-                         std::int64_t other_amount, std::int64_t t1_amount) {
+                         std::int64_t other_amount, std::int64_t t1_amount, bool deferred = false) {
   SettleRace out;
   auto [server, db, walker] = fresh_database("settle_race");
   EXPECT_NE(walker, nullptr);
@@ -985,45 +991,78 @@ SettleRace settle_racing(std::int64_t opening_a, const std::string& other_from, 
   EXPECT_NE(other, nullptr);
   if (!other) return out;
   EXPECT_TRUE(walker->create_accounts(std::vector<Account>{make_account("acct-a", opening_a), make_account("acct-b", 0),
-                                                           make_account("acct-c", 1000)})
+                                                           make_account("acct-c", 1000), make_account("acct-d", 0)})
                   .is_ok());
   InsertResult inserted{};
   std::uint8_t applied = 0;
+  // Begins a scope with these transfers inserted and settled.
+  const auto settle = [&](Store& s, std::span<const SettleRequest> batch, std::span<SettleResult> results) {
+    EXPECT_TRUE(s.begin_scope().is_ok());
+    for (const SettleRequest& t : batch) {
+      EXPECT_TRUE(insert_one(s, spec(std::string(t.transfer_id), std::string(t.source), std::string(t.destination),
+                                     t.amount),
+                             "w", 5'000, inserted)
+                      .is_ok());
+    }
+    return s.settle_sagas(batch, results);
+  };
+  const auto finish = [&](Store& s, std::span<const SettleRequest> batch, std::span<const SettleResult> results) {
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const Transition t{std::string(batch[i].transfer_id), TransferState::initial, results[i].outcome,
+                         results[i].reason, "w", 1};
+      EXPECT_TRUE(s.transition(std::span(&t, 1), 5'000, std::span(&applied, 1), nullptr).is_ok());
+    }
+    return s.end_scope(true);
+  };
 
-  const SettleRequest first{"t-other", other_from, other_to, other_amount, ""};
-  SettleResult first_result;
-  EXPECT_TRUE(other->begin_scope().is_ok());
-  EXPECT_TRUE(insert_one(*other, spec("t-other", other_from, other_to, other_amount), "w2", 5'000, inserted).is_ok());
-  EXPECT_TRUE(other->settle_sagas(std::span(&first, 1), std::span(&first_result, 1)).is_ok());
-  EXPECT_EQ(first_result.outcome, TransferState::done);
+  const SettleRequest others[] = {{"t-other", other_from, other_to, other_amount, ""},
+                                  {"t-other-refused", "acct-d", "acct-c", 1, ""}};
+  SettleResult other_results[2];
+  EXPECT_TRUE(settle(*other, others, other_results).is_ok());
+  EXPECT_EQ(other_results[0].outcome, TransferState::done);
+  EXPECT_EQ(other_results[1].reason, Reason::insufficient_funds);
 
-  const SettleRequest t1{"t-1", "acct-a", "acct-b", t1_amount, ""};
-  EXPECT_TRUE(walker->begin_scope().is_ok());
-  EXPECT_TRUE(insert_one(*walker, spec("t-1", "acct-a", "acct-b", t1_amount), "w1", 5'000, inserted).is_ok());
-  Status settled;
-  std::thread walks([&] { settled = walker->settle_sagas(std::span(&t1, 1), std::span(&out.result, 1)); });
-  bool waits = false;
-  for (int i = 0; i < 200 && !waits; ++i) {
-    waits = psql_value(server, db,
-                       "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND wait_event_type = 'Lock'") == "1";
-    if (!waits) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const SettleRequest t1s[] = {{"t-1", "acct-a", "acct-b", t1_amount, ""}, {"t-1-refused", "acct-d", "acct-c", 1, ""}};
+  const std::span<const SettleRequest> t1(t1s, deferred ? 1 : 2);
+  SettleResult t1_results[2];
+  if (deferred) {
+    // Returns while the other batch still holds acct-a: it took no lock.
+    EXPECT_TRUE(settle(*walker, t1, t1_results).is_ok());
+    EXPECT_TRUE(finish(*other, others, other_results).is_ok());
+  } else {
+    Status settled;
+    std::thread walks([&] { settled = settle(*walker, t1, t1_results); });
+    bool waits = false;
+    for (int i = 0; i < 200 && !waits; ++i) {
+      waits = psql_value(server, db,
+                         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                         "AND wait_event_type = 'Lock'") == "1";
+      if (!waits) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(waits) << "t-1's batch never waited for acct-a's lock";
+    EXPECT_TRUE(finish(*other, others, other_results).is_ok());
+    walks.join();
+    EXPECT_TRUE(settled.is_ok()) << settled.message();
   }
-  EXPECT_TRUE(waits) << "t-1's batch never waited for acct-a's lock";
-  const Transition finish_other{"t-other", TransferState::initial, TransferState::done, Reason::none, "w2", 1};
-  EXPECT_TRUE(other->transition(std::span(&finish_other, 1), 5'000, std::span(&applied, 1), nullptr).is_ok());
-  EXPECT_TRUE(other->end_scope(true).is_ok());
-  walks.join();
-  EXPECT_TRUE(settled.is_ok()) << settled.message();
-  const Transition finish{"t-1", TransferState::initial, out.result.outcome, out.result.reason, "w1", 1};
-  EXPECT_TRUE(walker->transition(std::span(&finish, 1), 5'000, std::span(&applied, 1), nullptr).is_ok());
-  EXPECT_TRUE(walker->end_scope(true).is_ok());
+  Status committed = finish(*walker, t1, t1_results);
+  if (!committed) {
+    out.first_commit_failed = true;
+    EXPECT_EQ(committed.kind(), ErrorKind::retry_stage) << committed.message();
+    EXPECT_TRUE(settle(*walker, t1, t1_results).is_ok());
+    committed = finish(*walker, t1, t1_results);
+  }
+  EXPECT_TRUE(committed.is_ok()) << committed.message();
+  out.result = t1_results[0];
 
   std::optional<Account> a, b, c;
   EXPECT_TRUE(walker->load_account("acct-a", a).is_ok());
   EXPECT_TRUE(walker->load_account("acct-b", b).is_ok());
   EXPECT_TRUE(walker->load_account("acct-c", c).is_ok());
-  if (a && b && c) out = {out.result, a->balance, b->balance, c->balance, 0};
+  if (a && b && c) {
+    out.a = a->balance;
+    out.b = b->balance;
+    out.c = c->balance;
+  }
   std::vector<Posting> postings;
   EXPECT_TRUE(walker->postings_for_transfer("t-1", postings).is_ok());
   out.t1_postings = postings.size();
@@ -1033,6 +1072,7 @@ SettleRace settle_racing(std::int64_t opening_a, const std::string& other_from, 
 TEST(PgStore, AWalkOnABalanceThatFellMeanwhileRunsAgainOnTheLockedRow) {
   // acct-a: 100, then 40 once the other batch took 60; t-1's 60 no longer fit.
   const SettleRace r = settle_racing(100, "acct-a", "acct-c", 60, 60);
+  EXPECT_FALSE(r.first_commit_failed);
   EXPECT_EQ(r.result.outcome, TransferState::canceled);
   EXPECT_EQ(r.result.reason, Reason::insufficient_funds);
   EXPECT_EQ(r.t1_postings, 0u);
@@ -1042,6 +1082,7 @@ TEST(PgStore, AWalkOnABalanceThatFellMeanwhileRunsAgainOnTheLockedRow) {
 TEST(PgStore, AWalkThatStillHoldsKeepsWhatAnotherBatchCommittedMeanwhile) {
   // acct-a: 100, then 150 once the other batch credited 50; t-1 takes 60 of it.
   const SettleRace r = settle_racing(100, "acct-c", "acct-a", 50, 60);
+  EXPECT_FALSE(r.first_commit_failed);
   EXPECT_EQ(r.result.outcome, TransferState::done);
   EXPECT_EQ(r.t1_postings, 2u);
   EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(90, 60, 950));
@@ -1050,9 +1091,53 @@ TEST(PgStore, AWalkThatStillHoldsKeepsWhatAnotherBatchCommittedMeanwhile) {
 TEST(PgStore, ARefusalForTheBalanceIsDecidedAgainWhenTheBalanceChanged) {
   // acct-a: 50, too little for t-1's 60 when walked, then 100 once credited.
   const SettleRace r = settle_racing(50, "acct-c", "acct-a", 50, 60);
+  EXPECT_FALSE(r.first_commit_failed);
   EXPECT_EQ(r.result.outcome, TransferState::done);
   EXPECT_EQ(r.result.reason, Reason::none);
   EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(40, 60, 950));
+}
+
+TEST(PgStore, ADeferredWalkThatNoLongerStandsAtCommitRunsItsBatchAgain) {
+  // As above, but t-1's lock pass waits for its COMMIT: by then acct-a
+  // holds 40, the commit fails, and the batch run again settles at once.
+  const SettleRace r = settle_racing(100, "acct-a", "acct-c", 60, 60, true);
+  EXPECT_TRUE(r.first_commit_failed);
+  EXPECT_EQ(r.result.outcome, TransferState::canceled);
+  EXPECT_EQ(r.result.reason, Reason::insufficient_funds);
+  EXPECT_EQ(r.t1_postings, 0u);
+  EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(40, 0, 1060));
+}
+
+TEST(PgStore, ADeferredWalkThatStillStandsAtCommitKeepsWhatAnotherBatchCommittedMeanwhile) {
+  const SettleRace r = settle_racing(100, "acct-c", "acct-a", 50, 60, true);
+  EXPECT_FALSE(r.first_commit_failed);
+  EXPECT_EQ(r.result.outcome, TransferState::done);
+  EXPECT_EQ(r.t1_postings, 2u);
+  EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(90, 60, 950));
+}
+
+// A deferred walk's balances are moved before any later statement of its
+// batch that could read them, not only at COMMIT.
+TEST(PgStore, AReadAfterADeferredWalkSeesItsBalances) {
+  auto [server, db, s] = fresh_database("settle_deferred_read");
+  ASSERT_NE(s, nullptr);
+  SAGA_ASSERT_OK(s->create_accounts(std::vector<Account>{make_account("acct-a", 100), make_account("acct-b", 0)}));
+  const SettleRequest t1{"t-1", "acct-a", "acct-b", 60, ""};
+  SettleResult result;
+  InsertResult inserted{};
+  SAGA_ASSERT_OK(s->begin_scope());
+  SAGA_ASSERT_OK(insert_one(*s, spec("t-1", "acct-a", "acct-b", 60), "w1", 5'000, inserted));
+  SAGA_ASSERT_OK(s->settle_sagas(std::span(&t1, 1), std::span(&result, 1)));
+  EXPECT_EQ(result.outcome, TransferState::done);
+  const std::string_view ids[] = {"acct-a", "acct-b"};
+  std::vector<std::optional<Account>> seen(2);
+  SAGA_ASSERT_OK(s->load_accounts(ids, seen));
+  ASSERT_TRUE(seen[0] && seen[1]);
+  EXPECT_EQ(seen[0]->balance, 40);
+  EXPECT_EQ(seen[1]->balance, 60);
+  SAGA_ASSERT_OK(s->end_scope(true));
+  EXPECT_EQ(pg_balance(*s, "acct-a"), 40);
+  EXPECT_EQ(pg_balance(*s, "acct-b"), 60);
 }
 
 // A connection lost inside a scope: that call and every later one fail as

@@ -641,8 +641,14 @@ END $$;
 -- share an account (a hot one, or any two of thousands of transfers each)
 -- wait on each other only from the lock to their commit, no longer through
 -- the walk and the journal's writes (bench/REPORT.md, "The twentieth session").
-CREATE OR REPLACE FUNCTION saga_settle(p_transfer text[], p_source text[], p_destination text[],
-    p_amount bigint[], p_currency text[])
+-- With p_defer, a walk that refused no leg for a balance leaves its lock
+-- pass to saga_settle_apply, which the store sends with COMMIT: the
+-- transfers' rows are then written outside the lock window too. Should the
+-- walk no longer stand by then, the whole batch runs again. (A refusal for
+-- a balance fails the check whenever that balance moved, so such a walk
+-- takes its locks here, where a failed check costs only a second walk.)
+CREATE OR REPLACE FUNCTION saga_settle_batch(p_transfer text[], p_source text[], p_destination text[],
+    p_amount bigint[], p_currency text[], p_defer boolean)
   RETURNS TABLE (o_outcome text, o_reason text, o_currency text)
   LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -650,7 +656,6 @@ DECLARE
   v_now bigint := saga_now_ms();
   v_n integer := coalesce(array_length(p_transfer, 1), 0);
   v_locked boolean := false;  -- the accounts read are locked: the walk is final
-  v_rows bigint;
   v_slots integer;
   -- accounts, by slot (id order when read unlocked)
   a_id text[];
@@ -822,22 +827,19 @@ BEGIN
         WHERE a.id = x.id AND x.bal <> x.bal0;
       EXIT;
     END IF;
+    IF p_defer AND array_position(b_refused, true) IS NULL THEN
+      PERFORM saga_write_walk(v_now, w_tr, w_acc, w_kind, w_amount, v_tr, v_acc, v_kind);
+      IF to_regclass('pg_temp.saga_scope_settle') IS NULL THEN
+        PERFORM saga_create_scope_settle();
+      END IF;
+      INSERT INTO pg_temp.saga_scope_settle
+        VALUES (a_id, a_bal, a_bal0, a_res0, a_min, a_cur, a_locked, b_low, b_res, b_sum, b_refused);
+      EXIT;
+    END IF;
     BEGIN
       PERFORM saga_write_walk(v_now, w_tr, w_acc, w_kind, w_amount, v_tr, v_acc, v_kind);
-      -- Locks every account, in id order (the join walks a_id, which is),
-      -- and moves its balance by the walk's change where the row as locked
-      -- gives the walk's verdicts; a row that does not is left out.
-      UPDATE saga_accounts a SET balance = (a.balance::numeric + x.bal - x.bal0)::bigint
-        FROM unnest(a_id, a_bal, a_bal0, a_res0, a_min, a_cur, a_locked, b_low, b_res, b_sum, b_refused)
-          AS x(id, bal, bal0, res0, min, cur, locked, low, res, sum, refused)
-        WHERE a.id = x.id AND a.locked = x.locked AND a.currency = x.cur AND a.min_balance = x.min
-          AND ((a.balance = x.bal0 AND a.reserved = x.res0)
-            OR (x.refused IS NULL
-              AND (x.low IS NULL OR x.low::numeric + a.balance - x.bal0 >= a.min_balance)
-              AND (x.res IS NULL OR x.res::numeric + a.reserved - x.res0 <= c_max)
-              AND (x.sum IS NULL OR x.sum + a.balance - x.bal0 + a.reserved - x.res0 <= c_max)));
-      GET DIAGNOSTICS v_rows = ROW_COUNT;
-      IF v_rows <> v_slots THEN
+      IF saga_settle_move(a_id, a_bal, a_bal0, a_res0, a_min, a_cur, a_locked, b_low, b_res, b_sum,
+                          b_refused) <> v_slots THEN
         RAISE EXCEPTION USING ERRCODE = 'SGW01';  -- undoes the block's writes and locks
       END IF;
       EXIT;
@@ -846,6 +848,86 @@ BEGIN
     END;
   END LOOP;
   RETURN QUERY SELECT * FROM unnest(r_outcome, r_reason, r_currency);
+END $$;
+
+-- As builds before saga_settle_batch call it: settled at once.
+CREATE OR REPLACE FUNCTION saga_settle(p_transfer text[], p_source text[], p_destination text[],
+    p_amount bigint[], p_currency text[])
+  RETURNS TABLE (o_outcome text, o_reason text, o_currency text)
+  LANGUAGE sql VOLATILE AS $$
+  SELECT * FROM saga_settle_batch(p_transfer, p_source, p_destination, p_amount, p_currency, false)
+$$;
+
+-- The lock pass of a walk on unlocked rows: locks every account, in id
+-- order (the join walks a_id, which is), and moves its balance by the
+-- walk's change where the row as locked gives the walk's verdicts; a row
+-- that does not is left out. Returns the rows moved: fewer than the slots,
+-- and the walk does not stand.
+CREATE OR REPLACE FUNCTION saga_settle_move(a_id text[], a_bal bigint[], a_bal0 bigint[],
+    a_res0 bigint[], a_min bigint[], a_cur text[], a_locked boolean[], b_low bigint[],
+    b_res bigint[], b_sum numeric[], b_refused boolean[])
+  RETURNS bigint LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  c_max constant numeric := 9223372036854775807;
+  v_rows bigint;
+BEGIN
+  UPDATE saga_accounts a SET balance = (a.balance::numeric + x.bal - x.bal0)::bigint
+    FROM unnest(a_id, a_bal, a_bal0, a_res0, a_min, a_cur, a_locked, b_low, b_res, b_sum, b_refused)
+      AS x(id, bal, bal0, res0, min, cur, locked, low, res, sum, refused)
+    WHERE a.id = x.id AND a.locked = x.locked AND a.currency = x.cur AND a.min_balance = x.min
+      AND ((a.balance = x.bal0 AND a.reserved = x.res0)
+        OR (x.refused IS NULL
+          AND (x.low IS NULL OR x.low::numeric + a.balance - x.bal0 >= a.min_balance)
+          AND (x.res IS NULL OR x.res::numeric + a.reserved - x.res0 <= c_max)
+          AND (x.sum IS NULL OR x.sum + a.balance - x.bal0 + a.reserved - x.res0 <= c_max)));
+  GET DIAGNOSTICS v_rows = ROW_COUNT;
+  RETURN v_rows;
+END $$;
+
+-- A deferred walk (saga_settle_batch with p_defer), kept until its lock
+-- pass: the arguments of saga_settle_move. One row at most: the store runs
+-- saga_settle_apply before any statement that could read the accounts,
+-- and in the round trip of COMMIT. Temporary: no WAL, emptied at every
+-- commit or rollback; stored out of line uncompressed (arrays of thousands
+-- of numbers, read once).
+CREATE OR REPLACE FUNCTION saga_create_scope_settle() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  CREATE TEMP TABLE IF NOT EXISTS saga_scope_settle (
+    a_id text[] NOT NULL, a_bal bigint[], a_bal0 bigint[], a_res0 bigint[], a_min bigint[],
+    a_cur text[], a_locked boolean[], b_low bigint[], b_res bigint[], b_sum numeric[],
+    b_refused boolean[]
+  ) ON COMMIT DELETE ROWS;
+  ALTER TABLE pg_temp.saga_scope_settle ALTER a_id SET STORAGE EXTERNAL,
+    ALTER a_bal SET STORAGE EXTERNAL, ALTER a_bal0 SET STORAGE EXTERNAL,
+    ALTER a_res0 SET STORAGE EXTERNAL, ALTER a_min SET STORAGE EXTERNAL,
+    ALTER a_cur SET STORAGE EXTERNAL, ALTER a_locked SET STORAGE EXTERNAL,
+    ALTER b_low SET STORAGE EXTERNAL, ALTER b_res SET STORAGE EXTERNAL,
+    ALTER b_sum SET STORAGE EXTERNAL, ALTER b_refused SET STORAGE EXTERNAL;
+END $$;
+
+-- The lock pass of a deferred walk. A walk that no longer stands raises
+-- SGW01: the batch transaction is rolled back and runs again (the store
+-- then settles its next batch at once).
+CREATE OR REPLACE FUNCTION saga_settle_apply() RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  w record;
+  v_walks integer := 0;
+BEGIN
+  IF to_regclass('pg_temp.saga_scope_settle') IS NULL THEN
+    RETURN;
+  END IF;
+  FOR w IN SELECT * FROM pg_temp.saga_scope_settle LOOP
+    v_walks := v_walks + 1;
+    IF v_walks > 1 THEN  -- two lock passes would not lock in one order
+      RAISE EXCEPTION 'saga_settle_apply: more than one deferred walk in a transaction';
+    END IF;
+    IF saga_settle_move(w.a_id, w.a_bal, w.a_bal0, w.a_res0, w.a_min, w.a_cur, w.a_locked,
+                        w.b_low, w.b_res, w.b_sum, w.b_refused) <> cardinality(w.a_id) THEN
+      RAISE EXCEPTION 'a deferred settle no longer stands on its accounts as locked; the batch runs again'
+        USING ERRCODE = 'SGW01';
+    END IF;
+  END LOOP;
+  DELETE FROM pg_temp.saga_scope_settle;
 END $$;
 
 -- All or nothing: returns the first id that exists already or is named

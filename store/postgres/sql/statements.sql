@@ -142,7 +142,10 @@ SELECT o_status, o_reason, o_currency
 
 -- name: saga_settle
 SELECT o_outcome, o_reason, o_currency
-  FROM saga_settle($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]);
+  FROM saga_settle_batch($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::boolean);
+
+-- name: saga_settle_apply
+SELECT saga_settle_apply();
 
 -- name: saga_create_accounts
 SELECT saga_create_accounts($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::boolean[]);

@@ -351,6 +351,7 @@ class PgStore final : public Store {
     scope_ = Scope::open;
     begin_unsent_ = true;
     queued_.clear();
+    settle_deferred_ = false;
     return Status::ok();
   }
 
@@ -375,6 +376,8 @@ class PgStore final : public Store {
     if (commit && scope_ == Scope::open) write_behind().ignore();
     kept_.clear();
     kept_index_.clear();
+    const bool deferred = settle_deferred_;
+    settle_deferred_ = false;
     const Scope was = scope_;
     scope_ = Scope::none;
     const bool nothing_sent = begin_unsent_;
@@ -397,19 +400,23 @@ class PgStore final : public Store {
       return Status::retry_stage("postgresql " + display_ +
                                  ": the batch transaction was lost before COMMIT; rolled back");
     }
-    // BEGIN if not sent yet, what is queued, the scope's pending entries and
-    // COMMIT, in one round trip. A connection lost during COMMIT leaves its
-    // outcome unknown: the caller runs the batch again, which finds what did
-    // commit (duplicates, posted legs) and repeats nothing.
+    // BEGIN if not sent yet, what is queued, a deferred walk's lock pass,
+    // the scope's pending entries and COMMIT, in one round trip. A
+    // connection lost during COMMIT leaves its outcome unknown: the caller
+    // runs the batch again, which finds what did commit (duplicates, posted
+    // legs) and repeats nothing.
     scope_ = Scope::open;
     begin_unsent_ = nothing_sent;
+    settle_deferred_ = deferred;
+    Status s = queue_settle_apply();
     ResultPtr r;
-    Status s =
-        run_pipelined(nullptr, nullptr, r, "commit batch transaction", OnUnique::fatal, true);
+    if (s) s = run_pipelined(nullptr, nullptr, r, "commit batch transaction", OnUnique::fatal, true);
     scope_ = Scope::none;
     begin_unsent_ = false;
+    settle_deferred_ = false;
     queued_.clear();
     if (!s) rollback();
+    if (s) settle_at_once_ = false;  // the deferred walk, if any, stood
     return s;
   }
 
@@ -851,14 +858,19 @@ class PgStore final : public Store {
       std::vector<std::optional<Account>> ignored(ids.size());
       if (Status s = load_accounts(ids, ignored); !s) return s;
     }
+    // One statement's walk may leave its lock pass to COMMIT (saga_settle_batch,
+    // p_defer); several lock up front, above.
+    const bool defer = batch.size() <= kChunk && !settle_at_once_;
     for (std::size_t b = 0; b < batch.size(); b += kChunk) {
       const std::size_t n = std::min(kChunk, batch.size() - b);
-      if (Status s = settle_chunk(batch.subspan(b, n), results.subspan(b, n)); !s) return s;
+      if (Status s = settle_chunk(batch.subspan(b, n), results.subspan(b, n), defer); !s) return s;
     }
+    if (defer) settle_deferred_ = settle_at_once_ = true;  // until this scope commits
     return Status::ok();
   }
 
-  Status settle_chunk(std::span<const SettleRequest> batch, std::span<SettleResult> results) {
+  Status settle_chunk(std::span<const SettleRequest> batch, std::span<SettleResult> results,
+                      bool defer) {
     ArrayLiteral transfer, source, destination, amount, currency;
     for (const SettleRequest& t : batch) {
       if (t.amount <= 0) {
@@ -874,6 +886,7 @@ class PgStore final : public Store {
     for (ArrayLiteral* a : {&transfer, &source, &destination, &amount, &currency}) {
       if (!add_array(p, std::move(*a))) return nul_byte("settle");
     }
+    p.boolean(defer);
     ResultPtr r;
     // A posting or void already there: another batch took the same new
     // transfer and committed first (its id was checked before that, and
@@ -1390,6 +1403,9 @@ class PgStore final : public Store {
     if (!p.ok()) return nul_byte(op.c_str());
     if (Status s = ensure_connected(); !s) return s;
     if (Status s = ensure_prepared(sql); !s) return s;
+    if (!reads_no_balance(sql)) {
+      if (Status s = queue_settle_apply(); !s) return s;
+    }
     if (scope_ == Scope::open && (begin_unsent_ || !queued_.empty())) {
       return run_pipelined(&sql, &p, out, op, on_unique, false);
     }
@@ -1400,6 +1416,23 @@ class PgStore final : public Store {
       return failure(r.get(), op, on_unique);
     }
     out = std::move(r);
+    return Status::ok();
+  }
+
+  // A deferred walk (settle_sagas) has written its journal rows but not yet
+  // moved or locked its accounts: its lock pass goes ahead of any statement
+  // that could read or lock them, or else with COMMIT (end_scope). These
+  // touch only transfers (and the clock); every other statement, and any
+  // unprepared one, is sent after the lock pass.
+  static bool reads_no_balance(Sql sql) {
+    return sql == Sql::insert_fresh || sql == Sql::transition || sql == Sql::mark_notified ||
+           sql == Sql::now || sql == Sql::settle_apply;
+  }
+  Status queue_settle_apply() {
+    if (!settle_deferred_) return Status::ok();
+    if (Status s = ensure_prepared(Sql::settle_apply); !s) return s;  // fails the scope
+    settle_deferred_ = false;
+    queued_.push_back({Sql::settle_apply, Params{}, "apply settle"});
     return Status::ok();
   }
 
@@ -1416,6 +1449,9 @@ class PgStore final : public Store {
     if (Status s = guard_reentry(op); !s) return s;
     if (!p.ok()) return nul_byte(op);
     if (Status s = ensure_prepared(sql); !s) return s;
+    if (!reads_no_balance(sql)) {
+      if (Status s = queue_settle_apply(); !s) return s;
+    }
     if (queued_.size() >= kQueuedMax) {  // bound: send what is queued now
       ResultPtr r;
       if (Status s = run_pipelined(nullptr, nullptr, r, op, OnUnique::fatal, false); !s) return s;
@@ -1509,6 +1545,7 @@ class PgStore final : public Store {
   // Inside a scope, what is not sent yet (BEGIN, queued statements) goes
   // ahead of a statement that does not ride in a pipeline.
   Status send_unsent(const std::string& op) {
+    if (Status s = queue_settle_apply(); !s) return s;  // its statement may read anything
     if (scope_ != Scope::open || (!begin_unsent_ && queued_.empty())) return Status::ok();
     ResultPtr none;
     return run_pipelined(nullptr, nullptr, none, op, OnUnique::fatal, false);
@@ -1638,6 +1675,11 @@ class PgStore final : public Store {
   };
   static constexpr std::size_t kQueuedMax = 4;  // a batch queues one (its outbox flags)
   std::vector<Queued> queued_;
+  // A walk of the open scope waits for its lock pass (saga_settle_apply).
+  bool settle_deferred_ = false;
+  // A scope with a deferred walk did not commit (its walk may not have
+  // stood): the next walk takes its locks at once.
+  bool settle_at_once_ = false;
   // Transfers inserted in the open scope, not written yet (write_behind).
   struct KeptTransfer {
     std::string id, source, destination, currency, metadata, topic, owner;
