@@ -883,9 +883,9 @@ TEST(PgStore, TheOutboxIsWrittenOnlyOnceTheFloorIsSix) {
 
 // Two batches take the same new transfer at once (a partition handed over
 // mid-batch): the check lets both through, since neither has written it
-// yet. The one that waits on the other's accounts fails on the journal's
-// key when the other commits, as transient, not fatal; run again, it finds
-// a duplicate. The money moved once.
+// yet. The one that waits on the other's journal rows fails on their key
+// when the other commits, as transient, not fatal; run again, it finds a
+// duplicate. The money moved once.
 TEST(PgStore, TwoBatchesTakingOneNewTransferMoveItsMoneyOnce) {
   auto [server, db, a] = fresh_database("racing_duplicate");
   ASSERT_NE(a, nullptr);
@@ -906,7 +906,7 @@ TEST(PgStore, TwoBatchesTakingOneNewTransferMoveItsMoneyOnce) {
   EXPECT_EQ(inserted, InsertResult::inserted);  // a's is not written yet
   Status settled_b;
   std::thread waits([&] { settled_b = b->settle_sagas(std::span(&settle, 1), std::span(&result_b, 1)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // b waits on a's account locks
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // b waits on a's postings
   SAGA_ASSERT_OK(a->transition(std::span(&finish, 1), 5'000, std::span(&applied, 1), nullptr));
   SAGA_ASSERT_OK(a->end_scope(true));
   waits.join();
@@ -1117,27 +1117,113 @@ TEST(PgStore, ADeferredWalkThatStillStandsAtCommitKeepsWhatAnotherBatchCommitted
 }
 
 // A deferred walk's balances are moved before any later statement of its
-// batch that could read them, not only at COMMIT.
+// batch that could read them, not only at COMMIT: a read of one statement,
+// and a scan.
 TEST(PgStore, AReadAfterADeferredWalkSeesItsBalances) {
   auto [server, db, s] = fresh_database("settle_deferred_read");
   ASSERT_NE(s, nullptr);
   SAGA_ASSERT_OK(s->create_accounts(std::vector<Account>{make_account("acct-a", 100), make_account("acct-b", 0)}));
-  const SettleRequest t1{"t-1", "acct-a", "acct-b", 60, ""};
-  SettleResult result;
   InsertResult inserted{};
-  SAGA_ASSERT_OK(s->begin_scope());
-  SAGA_ASSERT_OK(insert_one(*s, spec("t-1", "acct-a", "acct-b", 60), "w1", 5'000, inserted));
-  SAGA_ASSERT_OK(s->settle_sagas(std::span(&t1, 1), std::span(&result, 1)));
-  EXPECT_EQ(result.outcome, TransferState::done);
-  const std::string_view ids[] = {"acct-a", "acct-b"};
-  std::vector<std::optional<Account>> seen(2);
-  SAGA_ASSERT_OK(s->load_accounts(ids, seen));
-  ASSERT_TRUE(seen[0] && seen[1]);
-  EXPECT_EQ(seen[0]->balance, 40);
-  EXPECT_EQ(seen[1]->balance, 60);
-  SAGA_ASSERT_OK(s->end_scope(true));
+  const std::string ids[] = {"t-1", "t-2"};
+  for (const std::string& id : ids) {
+    SCOPED_TRACE(id);
+    const bool scan = id == "t-2";
+    const SettleRequest t{id, "acct-a", "acct-b", 30, ""};
+    SettleResult result;
+    SAGA_ASSERT_OK(s->begin_scope());
+    SAGA_ASSERT_OK(insert_one(*s, spec(id, "acct-a", "acct-b", 30), "w1", 5'000, inserted));
+    SAGA_ASSERT_OK(s->settle_sagas(std::span(&t, 1), std::span(&result, 1)));
+    EXPECT_EQ(result.outcome, TransferState::done);
+    std::map<std::string, std::int64_t> seen;
+    if (scan) {
+      SAGA_ASSERT_OK(s->scan_accounts([&](const Account& a) { seen[a.id] = a.balance; }));
+    } else {
+      const std::string_view names[] = {"acct-a", "acct-b"};
+      std::vector<std::optional<Account>> read(2);
+      SAGA_ASSERT_OK(s->load_accounts(names, read));
+      ASSERT_TRUE(read[0] && read[1]);
+      seen = {{"acct-a", read[0]->balance}, {"acct-b", read[1]->balance}};
+    }
+    EXPECT_EQ(seen["acct-a"], scan ? 40 : 70);
+    EXPECT_EQ(seen["acct-b"], scan ? 60 : 30);
+    SAGA_ASSERT_OK(s->end_scope(true));
+  }
   EXPECT_EQ(pg_balance(*s, "acct-a"), 40);
   EXPECT_EQ(pg_balance(*s, "acct-b"), 60);
+}
+
+// Whether another session finds the account's row locked.
+bool row_locked(const PgServer& server, const std::string& db, const std::string& id) {
+  return server.psql(db, "SELECT id FROM saga_accounts WHERE id = '" + id + "' FOR UPDATE NOWAIT").exit_code != 0;
+}
+
+// A deferred walk holds no lock until its COMMIT. Once a batch with one
+// failed, the next walk takes its locks in its own call; after that batch
+// commits, walks defer again (in a temporary table the failed batch's
+// rollback took away, made again).
+TEST(PgStore, AfterADeferredWalkFailsTheNextBatchLocksAtOnce) {
+  auto [server, db, walker] = fresh_database("settle_at_once");
+  ASSERT_NE(walker, nullptr);
+  std::unique_ptr<Store> other = open_initialised(server.url(db));
+  ASSERT_NE(other, nullptr);
+  SAGA_ASSERT_OK(walker->create_accounts(
+      std::vector<Account>{make_account("acct-a", 100), make_account("acct-b", 0), make_account("acct-c", 1000)}));
+  InsertResult inserted{};
+  std::uint8_t applied = 0;
+  const auto settle = [&](Store& s, const SettleRequest& t) {
+    SettleResult result;
+    SAGA_EXPECT_OK(s.begin_scope());
+    SAGA_EXPECT_OK(insert_one(s, spec(std::string(t.transfer_id), std::string(t.source), std::string(t.destination),
+                                      t.amount),
+                              "w", 5'000, inserted));
+    SAGA_EXPECT_OK(s.settle_sagas(std::span(&t, 1), std::span(&result, 1)));
+    EXPECT_EQ(result.outcome, TransferState::done);
+    return result;
+  };
+  const auto commit = [&](Store& s, const SettleRequest& t, const SettleResult& r) {
+    const Transition finish{std::string(t.transfer_id), TransferState::initial, r.outcome, r.reason, "w", 1};
+    SAGA_EXPECT_OK(s.transition(std::span(&finish, 1), 5'000, std::span(&applied, 1), nullptr));
+    return s.end_scope(true);
+  };
+
+  const SettleRequest t1{"t-1", "acct-a", "acct-b", 60, ""};
+  const SettleResult r1 = settle(*walker, t1);
+  EXPECT_FALSE(row_locked(server, db, "acct-a"));
+  const SettleRequest other_t{"t-other", "acct-a", "acct-c", 60, ""};
+  SAGA_EXPECT_OK(commit(*other, other_t, settle(*other, other_t)));
+  const Status failed = commit(*walker, t1, r1);  // acct-a holds 40
+  EXPECT_EQ(failed.kind(), ErrorKind::retry_stage) << failed.message();
+
+  const SettleRequest t2{"t-2", "acct-c", "acct-b", 10, ""};
+  const SettleResult r2 = settle(*walker, t2);
+  EXPECT_TRUE(row_locked(server, db, "acct-c"));
+  SAGA_EXPECT_OK(commit(*walker, t2, r2));
+
+  const SettleRequest t3{"t-3", "acct-c", "acct-b", 10, ""};
+  const SettleResult r3 = settle(*walker, t3);
+  EXPECT_FALSE(row_locked(server, db, "acct-c"));
+  SAGA_EXPECT_OK(commit(*walker, t3, r3));
+
+  EXPECT_EQ(pg_balance(*walker, "acct-a"), 40);
+  EXPECT_EQ(pg_balance(*walker, "acct-b"), 20);
+  EXPECT_EQ(pg_balance(*walker, "acct-c"), 1040);
+  EXPECT_EQ(psql_value(server, db, "SELECT count(*) FROM saga_postings WHERE transfer_id = 't-1'"), "0");
+}
+
+// The database refuses to commit a deferred walk whose lock pass never ran
+// (a caller that skipped saga_settle_apply): its journal would commit with
+// balances never moved.
+TEST(PgStore, ADeferredWalkNeverAppliedCannotCommit) {
+  auto [server, db, s] = fresh_database("settle_never_applied");
+  ASSERT_NE(s, nullptr);
+  SAGA_ASSERT_OK(s->create_accounts(std::vector<Account>{make_account("acct-a", 100), make_account("acct-b", 0)}));
+  const RunResult r = server.psql(
+      db, "BEGIN; SELECT * FROM saga_settle_batch(ARRAY['t-1'], ARRAY['acct-a'], ARRAY['acct-b'], "
+          "ARRAY[60::bigint], ARRAY[''], true); COMMIT;");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "a deferred settle was never applied")) << r.output;
+  EXPECT_EQ(pg_balance(*s, "acct-a"), 100);
+  EXPECT_EQ(psql_value(server, db, "SELECT count(*) FROM saga_postings"), "0");
 }
 
 // A connection lost inside a scope: that call and every later one fail as

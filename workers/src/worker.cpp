@@ -297,7 +297,8 @@ Status Worker::write_part(Ledger& ledger, SagaEngine& engine, std::span<const Ne
 // transaction. Rows lock in id order inside each statement, so two lanes
 // wait on each other's hot accounts but cannot deadlock on them; a request
 // id in two lanes is caught by the second insert, whose transaction fails
-// and, run again, finds the duplicate or the conflict.
+// (on the key, or, when the other holds its accounts, through the server's
+// deadlock check) and, run again, finds the duplicate or the conflict.
 void Worker::split_into_lanes() {
   partition_lane_.clear();
   for (const NewTransfer& t : new_) {

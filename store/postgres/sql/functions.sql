@@ -886,17 +886,28 @@ END $$;
 
 -- A deferred walk (saga_settle_batch with p_defer), kept until its lock
 -- pass: the arguments of saga_settle_move. One row at most: the store runs
--- saga_settle_apply before any statement that could read the accounts,
--- and in the round trip of COMMIT. Temporary: no WAL, emptied at every
--- commit or rollback; stored out of line uncompressed (arrays of thousands
--- of numbers, read once).
+-- saga_settle_apply before any later statement that could read the
+-- accounts, and in the round trip of COMMIT; a row still there at COMMIT
+-- (a walk whose balances never moved) fails it. Temporary: no WAL,
+-- emptied at every commit or rollback; stored out of line uncompressed
+-- (arrays of thousands of numbers, read once).
+CREATE OR REPLACE FUNCTION saga_scope_settle_left() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT FROM pg_temp.saga_scope_settle) THEN
+    RAISE EXCEPTION 'a deferred settle was never applied; the transaction cannot commit';
+  END IF;
+  RETURN NULL;
+END $$;
+
 CREATE OR REPLACE FUNCTION saga_create_scope_settle() RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-  CREATE TEMP TABLE IF NOT EXISTS saga_scope_settle (
+  CREATE TEMP TABLE saga_scope_settle (
     a_id text[] NOT NULL, a_bal bigint[], a_bal0 bigint[], a_res0 bigint[], a_min bigint[],
     a_cur text[], a_locked boolean[], b_low bigint[], b_res bigint[], b_sum numeric[],
     b_refused boolean[]
   ) ON COMMIT DELETE ROWS;
+  CREATE CONSTRAINT TRIGGER saga_scope_settle_applied AFTER INSERT ON pg_temp.saga_scope_settle
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION saga_scope_settle_left();
   ALTER TABLE pg_temp.saga_scope_settle ALTER a_id SET STORAGE EXTERNAL,
     ALTER a_bal SET STORAGE EXTERNAL, ALTER a_bal0 SET STORAGE EXTERNAL,
     ALTER a_res0 SET STORAGE EXTERNAL, ALTER a_min SET STORAGE EXTERNAL,

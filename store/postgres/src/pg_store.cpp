@@ -865,7 +865,6 @@ class PgStore final : public Store {
       const std::size_t n = std::min(kChunk, batch.size() - b);
       if (Status s = settle_chunk(batch.subspan(b, n), results.subspan(b, n), defer); !s) return s;
     }
-    if (defer) settle_deferred_ = settle_at_once_ = true;  // until this scope commits
     return Status::ok();
   }
 
@@ -893,6 +892,7 @@ class PgStore final : public Store {
     // transfers are written behind). Run again, the batch finds it a
     // duplicate.
     if (Status s = run(Sql::settle, p, r, "settle", OnUnique::retry); !s) return s;
+    if (defer) settle_deferred_ = settle_at_once_ = true;  // at once until this scope commits
     if (Status s = check_rows(r.get(), batch.size(), "settle"); !s) return s;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const int row = static_cast<int>(i);
