@@ -1069,23 +1069,31 @@ SettleRace settle_racing(std::int64_t opening_a, const std::string& other_from, 
   return out;
 }
 
-TEST(PgStore, AWalkOnABalanceThatFellMeanwhileRunsAgainOnTheLockedRow) {
-  // acct-a: 100, then 40 once the other batch took 60; t-1's 60 no longer fit.
-  const SettleRace r = settle_racing(100, "acct-a", "acct-c", 60, 60);
-  EXPECT_FALSE(r.first_commit_failed);
-  EXPECT_EQ(r.result.outcome, TransferState::canceled);
-  EXPECT_EQ(r.result.reason, Reason::insufficient_funds);
-  EXPECT_EQ(r.t1_postings, 0u);
-  EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(40, 0, 1060));
+// Deferred, t-1's lock pass waits for its COMMIT: a walk that no longer
+// stands fails the commit, and the batch run again settles at once.
+TEST(PgStore, AWalkOnABalanceThatFellMeanwhileRunsAgain) {
+  for (const bool deferred : {false, true}) {
+    SCOPED_TRACE(deferred ? "deferred" : "at once");
+    // acct-a: 100, then 40 once the other batch took 60; t-1's 60 no longer fit.
+    const SettleRace r = settle_racing(100, "acct-a", "acct-c", 60, 60, deferred);
+    EXPECT_EQ(r.first_commit_failed, deferred);
+    EXPECT_EQ(r.result.outcome, TransferState::canceled);
+    EXPECT_EQ(r.result.reason, Reason::insufficient_funds);
+    EXPECT_EQ(r.t1_postings, 0u);
+    EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(40, 0, 1060));
+  }
 }
 
 TEST(PgStore, AWalkThatStillHoldsKeepsWhatAnotherBatchCommittedMeanwhile) {
-  // acct-a: 100, then 150 once the other batch credited 50; t-1 takes 60 of it.
-  const SettleRace r = settle_racing(100, "acct-c", "acct-a", 50, 60);
-  EXPECT_FALSE(r.first_commit_failed);
-  EXPECT_EQ(r.result.outcome, TransferState::done);
-  EXPECT_EQ(r.t1_postings, 2u);
-  EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(90, 60, 950));
+  for (const bool deferred : {false, true}) {
+    SCOPED_TRACE(deferred ? "deferred" : "at once");
+    // acct-a: 100, then 150 once the other batch credited 50; t-1 takes 60 of it.
+    const SettleRace r = settle_racing(100, "acct-c", "acct-a", 50, 60, deferred);
+    EXPECT_FALSE(r.first_commit_failed);
+    EXPECT_EQ(r.result.outcome, TransferState::done);
+    EXPECT_EQ(r.t1_postings, 2u);
+    EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(90, 60, 950));
+  }
 }
 
 TEST(PgStore, ARefusalForTheBalanceIsDecidedAgainWhenTheBalanceChanged) {
@@ -1095,25 +1103,6 @@ TEST(PgStore, ARefusalForTheBalanceIsDecidedAgainWhenTheBalanceChanged) {
   EXPECT_EQ(r.result.outcome, TransferState::done);
   EXPECT_EQ(r.result.reason, Reason::none);
   EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(40, 60, 950));
-}
-
-TEST(PgStore, ADeferredWalkThatNoLongerStandsAtCommitRunsItsBatchAgain) {
-  // As above, but t-1's lock pass waits for its COMMIT: by then acct-a
-  // holds 40, the commit fails, and the batch run again settles at once.
-  const SettleRace r = settle_racing(100, "acct-a", "acct-c", 60, 60, true);
-  EXPECT_TRUE(r.first_commit_failed);
-  EXPECT_EQ(r.result.outcome, TransferState::canceled);
-  EXPECT_EQ(r.result.reason, Reason::insufficient_funds);
-  EXPECT_EQ(r.t1_postings, 0u);
-  EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(40, 0, 1060));
-}
-
-TEST(PgStore, ADeferredWalkThatStillStandsAtCommitKeepsWhatAnotherBatchCommittedMeanwhile) {
-  const SettleRace r = settle_racing(100, "acct-c", "acct-a", 50, 60, true);
-  EXPECT_FALSE(r.first_commit_failed);
-  EXPECT_EQ(r.result.outcome, TransferState::done);
-  EXPECT_EQ(r.t1_postings, 2u);
-  EXPECT_EQ(std::make_tuple(r.a, r.b, r.c), std::make_tuple(90, 60, 950));
 }
 
 // A deferred walk's balances are moved before any later statement of its
