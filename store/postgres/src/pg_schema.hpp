@@ -37,8 +37,9 @@ std::string_view functions();
   X(now) X(read_meta) X(write_topology) X(insert_transfers) X(check_transfers)           \
   X(insert_fresh) X(transition) X(claim_expired)                                             \
   X(take_over) X(mark_notified) X(load_transfer) X(list_stale) X(state_stats)              \
-  X(scan_transfer_states) X(apply_legs) X(settle) X(settle_apply) X(create_accounts) X(load_account) X(load_accounts)  \
-  X(load_accounts_locked) X(set_locked) X(postings_for_transfer) X(postings_for_account)     \
+  X(scan_transfer_states) X(apply_legs) X(settle) X(settle_apply) X(create_accounts)      \
+  X(load_account) X(load_accounts) X(load_accounts_locked) X(set_locked)                   \
+  X(postings_for_transfer) X(postings_for_account)                                           \
   X(pending_for_account) X(scan_accounts) X(scan_postings) X(scan_pending) X(register_worker)    \
   X(deregister_worker) X(list_workers) X(recent_owners)
 #define SAGA_PG_ENUM(name) name,

@@ -22,6 +22,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "pg_schema.hpp"
 #include "pg_support.hpp"
@@ -376,8 +377,7 @@ class PgStore final : public Store {
     if (commit && scope_ == Scope::open) write_behind().ignore();
     kept_.clear();
     kept_index_.clear();
-    const bool deferred = settle_deferred_;
-    settle_deferred_ = false;
+    const bool deferred = std::exchange(settle_deferred_, false);  // dropped by every early return
     const Scope was = scope_;
     scope_ = Scope::none;
     const bool nothing_sent = begin_unsent_;
@@ -407,7 +407,7 @@ class PgStore final : public Store {
     // legs) and repeats nothing.
     scope_ = Scope::open;
     begin_unsent_ = nothing_sent;
-    settle_deferred_ = deferred;
+    settle_deferred_ = deferred;  // its lock pass rides with COMMIT
     Status s = queue_settle_apply();
     ResultPtr r;
     if (s) s = run_pipelined(nullptr, nullptr, r, "commit batch transaction", OnUnique::fatal, true);
