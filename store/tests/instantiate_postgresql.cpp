@@ -975,6 +975,30 @@ TEST(PgStore, TheSettleLocksItsAccountsInIdOrder) {
 // unless `deferred`, and then leaves its lock pass to its COMMIT, which
 // fails when the walk no longer stands: the batch runs again, as a worker
 // runs it.
+// Begins a scope with these new transfers inserted and settled.
+Status settle_new(Store& s, std::span<const SettleRequest> batch, std::span<SettleResult> results) {
+  InsertResult inserted{};
+  EXPECT_TRUE(s.begin_scope().is_ok());
+  for (const SettleRequest& t : batch) {
+    EXPECT_TRUE(insert_one(s, spec(std::string(t.transfer_id), std::string(t.source), std::string(t.destination),
+                                   t.amount),
+                           "w", 5'000, inserted)
+                    .is_ok());
+  }
+  return s.settle_sagas(batch, results);
+}
+
+// Writes the settled transfers' outcomes and commits the scope.
+Status finish_settled(Store& s, std::span<const SettleRequest> batch, std::span<const SettleResult> results) {
+  std::uint8_t applied = 0;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const Transition t{std::string(batch[i].transfer_id), TransferState::initial, results[i].outcome,
+                       results[i].reason, "w", 1};
+    EXPECT_TRUE(s.transition(std::span(&t, 1), 5'000, std::span(&applied, 1), nullptr).is_ok());
+  }
+  return s.end_scope(true);
+}
+
 struct SettleRace {
   SettleResult result;
   std::int64_t a = 0, b = 0, c = 0;
@@ -993,32 +1017,10 @@ SettleRace settle_racing(std::int64_t opening_a, const std::string& other_from, 
   EXPECT_TRUE(walker->create_accounts(std::vector<Account>{make_account("acct-a", opening_a), make_account("acct-b", 0),
                                                            make_account("acct-c", 1000), make_account("acct-d", 0)})
                   .is_ok());
-  InsertResult inserted{};
-  std::uint8_t applied = 0;
-  // Begins a scope with these transfers inserted and settled.
-  const auto settle = [&](Store& s, std::span<const SettleRequest> batch, std::span<SettleResult> results) {
-    EXPECT_TRUE(s.begin_scope().is_ok());
-    for (const SettleRequest& t : batch) {
-      EXPECT_TRUE(insert_one(s, spec(std::string(t.transfer_id), std::string(t.source), std::string(t.destination),
-                                     t.amount),
-                             "w", 5'000, inserted)
-                      .is_ok());
-    }
-    return s.settle_sagas(batch, results);
-  };
-  const auto finish = [&](Store& s, std::span<const SettleRequest> batch, std::span<const SettleResult> results) {
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      const Transition t{std::string(batch[i].transfer_id), TransferState::initial, results[i].outcome,
-                         results[i].reason, "w", 1};
-      EXPECT_TRUE(s.transition(std::span(&t, 1), 5'000, std::span(&applied, 1), nullptr).is_ok());
-    }
-    return s.end_scope(true);
-  };
-
   const SettleRequest others[] = {{"t-other", other_from, other_to, other_amount, ""},
                                   {"t-other-refused", "acct-d", "acct-c", 1, ""}};
   SettleResult other_results[2];
-  EXPECT_TRUE(settle(*other, others, other_results).is_ok());
+  EXPECT_TRUE(settle_new(*other, others, other_results).is_ok());
   EXPECT_EQ(other_results[0].outcome, TransferState::done);
   EXPECT_EQ(other_results[1].reason, Reason::insufficient_funds);
 
@@ -1027,11 +1029,11 @@ SettleRace settle_racing(std::int64_t opening_a, const std::string& other_from, 
   SettleResult t1_results[2];
   if (deferred) {
     // Returns while the other batch still holds acct-a: it took no lock.
-    EXPECT_TRUE(settle(*walker, t1, t1_results).is_ok());
-    EXPECT_TRUE(finish(*other, others, other_results).is_ok());
+    EXPECT_TRUE(settle_new(*walker, t1, t1_results).is_ok());
+    EXPECT_TRUE(finish_settled(*other, others, other_results).is_ok());
   } else {
     Status settled;
-    std::thread walks([&] { settled = settle(*walker, t1, t1_results); });
+    std::thread walks([&] { settled = settle_new(*walker, t1, t1_results); });
     bool waits = false;
     for (int i = 0; i < 200 && !waits; ++i) {
       waits = psql_value(server, db,
@@ -1040,16 +1042,16 @@ SettleRace settle_racing(std::int64_t opening_a, const std::string& other_from, 
       if (!waits) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     EXPECT_TRUE(waits) << "t-1's batch never waited for acct-a's lock";
-    EXPECT_TRUE(finish(*other, others, other_results).is_ok());
+    EXPECT_TRUE(finish_settled(*other, others, other_results).is_ok());
     walks.join();
     EXPECT_TRUE(settled.is_ok()) << settled.message();
   }
-  Status committed = finish(*walker, t1, t1_results);
+  Status committed = finish_settled(*walker, t1, t1_results);
   if (!committed) {
     out.first_commit_failed = true;
     EXPECT_EQ(committed.kind(), ErrorKind::retry_stage) << committed.message();
-    EXPECT_TRUE(settle(*walker, t1, t1_results).is_ok());
-    committed = finish(*walker, t1, t1_results);
+    EXPECT_TRUE(settle_new(*walker, t1, t1_results).is_ok());
+    committed = finish_settled(*walker, t1, t1_results);
   }
   EXPECT_TRUE(committed.is_ok()) << committed.message();
   out.result = t1_results[0];
@@ -1157,22 +1159,14 @@ TEST(PgStore, AfterADeferredWalkFailsTheNextBatchLocksAtOnce) {
   ASSERT_NE(other, nullptr);
   SAGA_ASSERT_OK(walker->create_accounts(
       std::vector<Account>{make_account("acct-a", 100), make_account("acct-b", 0), make_account("acct-c", 1000)}));
-  InsertResult inserted{};
-  std::uint8_t applied = 0;
-  const auto settle = [&](Store& s, const SettleRequest& t) {
+  const auto settle = [](Store& s, const SettleRequest& t) {
     SettleResult result;
-    SAGA_EXPECT_OK(s.begin_scope());
-    SAGA_EXPECT_OK(insert_one(s, spec(std::string(t.transfer_id), std::string(t.source), std::string(t.destination),
-                                      t.amount),
-                              "w", 5'000, inserted));
-    SAGA_EXPECT_OK(s.settle_sagas(std::span(&t, 1), std::span(&result, 1)));
+    SAGA_EXPECT_OK(settle_new(s, std::span(&t, 1), std::span(&result, 1)));
     EXPECT_EQ(result.outcome, TransferState::done);
     return result;
   };
-  const auto commit = [&](Store& s, const SettleRequest& t, const SettleResult& r) {
-    const Transition finish{std::string(t.transfer_id), TransferState::initial, r.outcome, r.reason, "w", 1};
-    SAGA_EXPECT_OK(s.transition(std::span(&finish, 1), 5'000, std::span(&applied, 1), nullptr));
-    return s.end_scope(true);
+  const auto commit = [](Store& s, const SettleRequest& t, const SettleResult& r) {
+    return finish_settled(s, std::span(&t, 1), std::span(&r, 1));
   };
 
   const SettleRequest t1{"t-1", "acct-a", "acct-b", 60, ""};

@@ -1426,7 +1426,7 @@ class PgStore final : public Store {
   // unprepared one, is sent after the lock pass.
   static bool reads_no_balance(Sql sql) {
     return sql == Sql::insert_fresh || sql == Sql::transition || sql == Sql::mark_notified ||
-           sql == Sql::now || sql == Sql::settle_apply;
+           sql == Sql::now;
   }
   Status queue_settle_apply() {
     if (!settle_deferred_) return Status::ok();
