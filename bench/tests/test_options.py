@@ -37,7 +37,7 @@ class Defaults(unittest.TestCase):
         self.assertEqual(o.clients, (2, 4, 8, 16, 32, 64))
         self.assertEqual((o.scale_store, o.out, o.keep), ("sqlite", None, False))
         self.assertEqual((o.probe_s, o.pgbench_s, o.half_s, o.warmup_n), (2, 8, 20, 2000))
-        self.assertEqual(o.budget_s, 4200)
+        self.assertEqual(o.budget_s, 5400)
 
     def test_quick_shrinks_sizes(self):
         o = parse(["--quick"], {})
