@@ -963,18 +963,6 @@ TEST(PgStore, TheSettleLocksItsAccountsInIdOrder) {
   EXPECT_FALSE(contains(plan, "Sort")) << plan;
 }
 
-// saga_settle_batch walks a batch on accounts read unlocked and locks them
-// last (store/postgres/sql/functions.sql). Here another batch changes acct-a
-// between the two: it holds acct-a's lock, uncommitted, while t-1's batch
-// walks on acct-a's committed balance, and commits before t-1's batch takes
-// its locks. t-1 must come out as if it ran after the other batch, and no
-// money may be made or lost. `other_from`/`other_to`: the other batch's
-// transfer of `other_amount` (acct-c holds 1000). A leg refused for a
-// balance makes a walk take its locks in its own call: the other batch has
-// one (from acct-d, empty), so it holds its locks; t-1's batch has one too
-// unless `deferred`, and then leaves its lock pass to its COMMIT, which
-// fails when the walk no longer stands: the batch runs again, as a worker
-// runs it.
 // Begins a scope with these new transfers inserted and settled.
 Status settle_new(Store& s, std::span<const SettleRequest> batch, std::span<SettleResult> results) {
   InsertResult inserted{};
@@ -999,6 +987,18 @@ Status finish_settled(Store& s, std::span<const SettleRequest> batch, std::span<
   return s.end_scope(true);
 }
 
+// saga_settle_batch walks a batch on accounts read unlocked and locks them
+// last (store/postgres/sql/functions.sql). Here another batch changes acct-a
+// between the two: it holds acct-a's lock, uncommitted, while t-1's batch
+// walks on acct-a's committed balance, and commits before t-1's batch takes
+// its locks. t-1 must come out as if it ran after the other batch, and no
+// money may be made or lost. `other_from`/`other_to`: the other batch's
+// transfer of `other_amount` (acct-c holds 1000). A leg refused for a
+// balance makes a walk take its locks in its own call: the other batch has
+// one (from acct-d, empty), so it holds its locks; t-1's batch has one too
+// unless `deferred`, and then leaves its lock pass to its COMMIT, which
+// fails when the walk no longer stands: the batch runs again, as a worker
+// runs it.
 struct SettleRace {
   SettleResult result;
   std::int64_t a = 0, b = 0, c = 0;
