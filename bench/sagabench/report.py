@@ -146,6 +146,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w(f"{thousands(ACCOUNTS)} accounts; account choice uniform or Zipf-skewed (s = 1.1: the most used account is")
     cut = f", except where the time budget cut repetitions: {'; '.join(f.skipped)}" if f.skipped else ""
     w(f"in about one transfer in seven). Figures are medians of {o.reps} run(s) each{cut}.")
+    w("(f) as schema version 3 wrote its rows runs once, in the first repetition: a historical comparison.")
     w("Every sagapool run")
     w("ended with `sagactl audit` passing; the baselines' tables balanced after pgbench.")
     calibrated = "" if o.transfers else (f" (what each store finishes in about {RUN_S} s at the median rate of "

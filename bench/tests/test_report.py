@@ -71,6 +71,7 @@ class Render(unittest.TestCase):
                                         "the whole run took 13 min 21 s.")
         self.assertIn("Figures are medians of 2 run(s) each, except where the time budget cut repetitions: "
                       "(e) with 4 workers from run 2.", self.text)
+        self.assertIn("(f) as schema version 3 wrote its rows runs once, in the first repetition", self.text)
         self.assertIn("Each sagapool run on real Kafka moved N transfers: 134,000 on PostgreSQL, 150,000 on SQLite (what "
                       "each store finishes in about 75 s at the median rate of its saga-broker runs, or of a "
                       "50,000-transfer calibration run where that is faster);", self.text)
