@@ -21,7 +21,7 @@ what dominates each of (c) and (d), and what would move it.
 - (to be filled in)"""
 # Rows of "Figures" and bars of the chart, in this order where measured.
 CONFIGS = ("a-uniform", "a-zipf", "b-uniform", "b-zipf", "c-uniform", "c-zipf", "ck-uniform", "ck-zipf",
-           "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", "e-1", "e-2", "e-4", "g-uniform",
+           "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", "e-1", "e-2", "e-4", "g-uniform", "gf-1", "gf-2",
            "f-uniform", "f-zipf", "fx-uniform", "fx-zipf", "fi-uniform", "fi-zipf",
            *(f"h-{n}" for n in PG_FLOOR_CLIENTS))
 
@@ -103,6 +103,8 @@ def describe(config: str, f: Facts) -> str:
         "dk": f"(d) sagapool on SQLite, {workers} workers, real Kafka",
         "e": f"(e) sagapool on {f.opts.scale_name}, {rest} worker{'' if rest == '1' else 's'}, real Kafka",
         "g": f"(g) sagapool on two PostgreSQL shards (two servers), {workers} workers, real Kafka",
+        "gf": f"(gf) the two-shard floor: bare SQL, (g)'s rows, {thousands(PG_FLOOR_BATCH)} per transaction, "
+              + (f"one server, {2 * workers} at a time" if rest == "1" else f"two servers, {workers} at a time on each"),
         "f": f"(f) the SQLite floor: bare SQL, a finished transfer's rows, {thousands(WORKER_BATCH)} per commit",
         "fx": f"(f) the SQLite floor: bare SQL, a finished transfer's rows, {thousands(FLOOR_BATCH_MAX)} per commit",
         "fi": f"(f) the same rows as schema version 3 wrote them (indexed by account and time), "
@@ -192,8 +194,13 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
       f"{verdict(not any(map(_missing, scale)) and float(scale[0]) <= float(scale[1]) <= float(scale[2]))} |")
     g_tput = ratio(med("g-uniform", "tput"), ck_u)
     g_cpu = ratio(med("g-uniform", "cpu"), med("ck-uniform", "cpu"))
+    # The floor (gf): what two servers write against one, with no saga.
+    gf_tput = ratio(med("gf-2", "tput"), med("gf-1", "tput"))
+    gf_text = "" if _missing(gf_tput) else (
+        f"; the floor (gf), two servers against one: transfers/s {gf_tput} ×, "
+        f"CPU {ratio(med('gf-2', 'cpu'), med('gf-1', 'cpu'))} ×")
     w(f"| two PostgreSQL shards (g) ≥ one store's transfers/s, CPU per transfer ≤ 1.3 × one store's "
-      f"((c) on real Kafka, uniform) | transfers/s {g_tput} ×, CPU {g_cpu} × | "
+      f"((c) on real Kafka, uniform) | transfers/s {g_tput} ×, CPU {g_cpu} ×{gf_text} | "
       f"{verdict(_all((g_tput,), lambda v: v >= 1) and _all((g_cpu,), lambda v: v <= 1.3))} |")
     each = "; ".join(f"{label} {', '.join(fmt(v) for v in p99s) or '–'} ms" for label, p99s in half_p99.items())
     w(f"| p99 ≤ 250 ms at half load, in each run | {each} | "
@@ -220,8 +227,9 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     for config in CONFIGS:
         if not results.of(config):
             continue
-        dist = "zipf" if config.startswith(("e-", "h-")) else config.partition("-")[2]
-        rss = "–" if config[0] in "abfh" else f"{rss_mib(results.max(config, 'rss'))} MiB"
+        dist = "zipf" if config.startswith(("e-", "h-")) else "uniform" if config.startswith("gf-") else \
+            config.partition("-")[2]
+        rss = "–" if config[0] in "abfh" or config.startswith("gf-") else f"{rss_mib(results.max(config, 'rss'))} MiB"
         w(f"| {describe(config, f)} | {dist} | {thousands(med(config, 'tput'))} | {fmt(med(config, 'p50'))} ms | "
           f"{fmt(med(config, 'p99'))} ms | {fmt(med(config, 'cpu'), 3)} | {rss} |")
     for config, rate in f.half_rates:
@@ -266,6 +274,12 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("  in their final state. No checks, no outcomes to decide, no broker or worker on the machine;")
     w(f"  {', '.join(map(str, PG_FLOOR_CLIENTS))} clients = transactions in flight ((e)'s 1, 2 and 4 workers run 2 "
       f"lanes each), {o.pgbench_s} s each.")
+    w("- **the two-shard floor (gf)**: `bench/pg_floor_shards.sql` by pgbench, the (h) floor's rows for")
+    w(f"  {thousands(PG_FLOOR_BATCH)} uniform transfers a transaction, where (g) keeps them: on one server (a copy of")
+    w(f"  the one-store ledger, {2 * o.workers} transactions in flight as (c)'s lanes), or at once on both servers")
+    w(f"  (copies of the shards, {o.workers} in flight on each as (g)'s workers), the legs on the server of their")
+    w("  account and the transfers' rows on the first. No cross-shard protocol. A batch counts when every server")
+    w("  committed it; the faster server's extra batches are in its CPU, so the two-server CPU is an upper bound.")
     w("- **sustained**: a run's span (first request to last outcome) cut in three; the transfers")
     w("  finished in its last third over those finished in its first (\"last ÷ first third\" in \"Every run\").")
     w("- **scrapes/s**: a real Prometheus scrapes every worker's /metrics once a second throughout;")
@@ -324,6 +338,10 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
       "# (h), on a copy of the ledger")
     w(f"pgbench -n -c <1|2|4|8> -j <min(c, nproc)> -T {o.pgbench_s} -f bench/pg_floor.sql   "
       "# (h), each on a fresh copy of that")
+    w(f"psql -v naccounts={ACCOUNTS} -v batch={PG_FLOOR_BATCH} -f bench/pg_floor_shards_batches.sql   "
+      "# (gf), on a copy of the ledger or of each shard")
+    w(f"pgbench -n -c <{2 * o.workers} | {o.workers} on each server> -T {o.pgbench_s} -D home=<1 on the first, "
+      "0 on the second> -f bench/pg_floor_shards.sql   # (gf), at once on each server, on fresh copies")
     w("```")
     w("")
     w(f"Run as: `./dev bench{''.join(' ' + a for a in o.args)}`.")
@@ -367,6 +385,8 @@ def chart_lines(results: Results) -> list[str]:
                 ", schema 3" if kind == "fi" else "")
         elif kind == "g":
             label = "g: 2 shards, Kafka"
+        elif kind == "gf":
+            label = f"gf: floor, {rest} server{'' if rest == '1' else 's'}"
         elif kind == "h":
             label = f"h: PG floor, {rest} at a time"
         elif kind.endswith("k"):

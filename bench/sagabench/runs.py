@@ -1,8 +1,8 @@
 """The bench's phases, in order: the ledgers; (a), (b) pgbench at its best
 client count; (c), (d) sagapool on PostgreSQL and SQLite on saga-broker and
-on a real Kafka node; (e) scaling; (g) two PostgreSQL shards; (f) the
-SQLite floor; the half-load latency runs. Each measured run adds a row to
-the results."""
+on a real Kafka node; (e) scaling; (g) two PostgreSQL shards and their
+floor (gf); (f) the SQLite floor; the half-load latency runs. Each
+measured run adds a row to the results."""
 import contextlib
 import http.client
 import re
@@ -24,6 +24,7 @@ from .session import Session, free_port, nproc, run_checked
 
 SHARD_TEMPLATE = "saga_shard_template"  # (g)'s ledger: this database on each of the two servers
 PG_FLOOR_TEMPLATE = "saga_floor_template"  # (h)'s ledger: the sagapool ledger and the floor's batches
+SHARD_FLOOR_TEMPLATE = "saga_shard_floor_template"  # (gf)'s: one store's or a shard's ledger, uniform batches
 NO_INVALID = ["--invalid-ratio", "0", "--overdraw-ratio", "0", "--unknown-ratio", "0"]
 
 
@@ -395,6 +396,57 @@ class Bench:
              f"{tput} transfers/s, {cpu} CPU s/1k")
         self.pg.psql("sagapool", f"DROP DATABASE {database}")
 
+    def prepare_shard_floor(self) -> None:
+        """(gf)'s templates: a copy of the one-store ledger, and of each
+        shard's, with the same 50 batches of uniform transfers
+        (bench/pg_floor_shards_batches.sql)."""
+        for server, database, template in ((self.pg, f"{SHARD_FLOOR_TEMPLATE}_one", "saga_template"),
+                                           (self.pg, f"{SHARD_FLOOR_TEMPLATE}_0", SHARD_TEMPLATE),
+                                           (self.pg2, f"{SHARD_FLOOR_TEMPLATE}_1", SHARD_TEMPLATE)):
+            server.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {template}")
+            run_checked([server.bin / "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", f"naccounts={ACCOUNTS}",
+                         "-v", f"batch={PG_FLOOR_BATCH}", "-d", server.url(database),
+                         "-f", self.bench_dir / "pg_floor_shards_batches.sql"], "bench/pg_floor_shards_batches.sql")
+
+    def shard_floor_run(self, config: str, rep: int, shards: int, clients: int) -> None:
+        """(gf): bench/pg_floor_shards.sql by pgbench on fresh copies of its
+        templates, on one server (every leg there) or on both servers at
+        once, `clients` transactions in flight on each, for as long as (a)'s
+        runs. A batch is done when every server committed it, so transfers/s
+        is the slower server's; the faster one's extra batches are in the
+        CPU, which makes the two-server figure an upper bound."""
+        targets = ([(self.pg, f"{SHARD_FLOOR_TEMPLATE}_one", 1)] if shards == 1 else
+                   [(self.pg, f"{SHARD_FLOOR_TEMPLATE}_0", 1), (self.pg2, f"{SHARD_FLOOR_TEMPLATE}_1", 0)])
+        database = f"floor_{self._run_seq}"
+        self._run_seq += 1
+        for server, template, _ in targets:
+            server.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {template}")
+        servers = [server for server, _, _ in targets]
+        server_t0 = sum(server.ticks() for server in servers)
+        procs = [self.s.procs.start([server.bin / "pgbench", "-n", "-c", clients, "-j", min(clients, nproc()),
+                                     "-T", self.opts.pgbench_s, "-D", f"home={home}",
+                                     "-f", self.bench_dir / "pg_floor_shards.sql", server.url(database)],
+                                    self.work / f"{config}-{rep}-{i}.out")
+                 for i, (server, _, home) in enumerate(targets)]
+        waited = [self.s.procs.wait_with_usage(proc) for proc in procs]
+        server_ticks = sum(server.ticks() for server in servers) - server_t0
+        counts = []
+        for i, (code, _) in enumerate(waited):
+            text = (self.work / f"{config}-{rep}-{i}.out").read_text(errors="replace")
+            result = measure.pgbench_result(text)
+            if code != 0 or result is None:
+                print("\n".join(text.splitlines()[-20:]))
+                raise Fatal(f"{config} run {rep}: pgbench bench/pg_floor_shards.sql failed")
+            counts.append(result)
+        tps, n = min(r[0] for r in counts), min(r[1] for r in counts)
+        cpu_s = server_ticks / measure.TICKS_PER_S + sum(u.ru_utime + u.ru_stime for _, u in waited)
+        tput, cpu = f"{tps * PG_FLOOR_BATCH:.0f}", f"{cpu_s / (n * PG_FLOOR_BATCH) * 1000:.3f}"
+        self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s))
+        note(f"{config} run {rep}: {' and '.join(str(r[1]) for r in counts)} transactions of {PG_FLOOR_BATCH} "
+             f"transfers, {clients} at a time on each of {shards} server(s): {tput} transfers/s, {cpu} CPU s/1k")
+        for server in servers:
+            server.psql("sagapool", f"DROP DATABASE {database}")
+
     def run_size(self, store: str) -> None:
         """--transfers N, else what the store finishes in about RUN_S
         seconds, measured by a short calibration run (so the bench keeps to
@@ -472,6 +524,16 @@ class Bench:
                 break
             self.saga_run("g-uniform", rep, "postgres-shards", "uniform", o.workers, self.run_n["postgres-shards"],
                           0, "kafka")
+        # What the servers alone can write: (g)'s rows with no saga, on one
+        # server with (c)'s transactions in flight and on both with (g)'s.
+        say(f"(gf) the two-shard floor: bare SQL, {PG_FLOOR_BATCH:,} uniform transfers per transaction, one server "
+            f"and two ({self.elapsed()})")
+        self.prepare_shard_floor()
+        for rep in range(1, o.reps + 1):
+            if not b.rep_ok(rep, end, "(gf)"):
+                break
+            self.shard_floor_run("gf-1", rep, 1, 2 * o.workers)
+            self.shard_floor_run("gf-2", rep, 2, o.workers)
         say(f"half-load latency: (c) and (d) at half their measured Zipf throughput, for {o.half_s} s, on "
             f"saga-broker and on real Kafka "
             f"({self.elapsed()})")

@@ -113,6 +113,20 @@ class Render(unittest.TestCase):
         self.assertIn("| (g) sagapool on two PostgreSQL shards (two servers), 2 workers, real Kafka | uniform | 7,000 |",
                       text)
 
+    def test_the_two_shard_floor_beside_two_shards(self):
+        r = results()
+        r.add("g-uniform", 1, 3500, 900, 1800, "0.450", 51200, "-", "-", 70, "0.95", "1.00")
+        r.add("gf-1", 1, 25000, "-", "-", "0.050", "-", "-", "-", 8)
+        r.add("gf-2", 1, 35000, "-", "-", "0.055", "-", "-", "-", 8)
+        text = report.render(r, facts(), None)
+        self.assertIn("| transfers/s 0.50 ×, CPU 3.00 ×; the floor (gf), two servers against one: transfers/s "
+                      "1.40 ×, CPU 1.10 × | **missed** |", text)
+        self.assertIn("| (gf) the two-shard floor: bare SQL, (g)'s rows, 2,500 per transaction, one server, 4 at a "
+                      "time | uniform | 25,000 | – ms | – ms | 0.050 | – |", text)
+        self.assertIn("| (gf) the two-shard floor: bare SQL, (g)'s rows, 2,500 per transaction, two servers, 2 at a "
+                      "time on each | uniform | 35,000 | – ms | – ms | 0.055 | – |", text)
+        self.assertIn('"gf: floor, 2 servers" 35000 7', report.chart_lines(r))
+
     def test_the_postgresql_floor_beside_scaling(self):
         r = results()
         for clients, tput in ((1, 22000), (2, 18600), (4, 15500), (8, 14900)):
