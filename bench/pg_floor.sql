@@ -1,11 +1,17 @@
--- The PostgreSQL floor: what a batch of finished transfers writes, in bare
+-- The PostgreSQL floors: what a batch of finished transfers writes, in bare
 -- SQL with no saga logic, as the saga's batch transaction writes it on one
 -- store: the batch's accounts locked in id order, two postings a transfer
 -- (in batch order, under those locks), each account's balance once, and the
 -- transfers' rows in their final state, listed in one outbox row. No
 -- checks, no outcomes to decide.
+-- On shards (the two-shard floor, (gf)) each server writes the legs whose
+-- accounts live there (src_here, dst_here), and the transfers' and outbox
+-- rows only where :home = 1 (the first shard holds every transfer
+-- document), with no cross-shard protocol; a batch is done when every
+-- server has committed it. On one store every leg is here and home = 1.
 -- One pgbench transaction = one batch of floor_batches (setup:
--- bench/pg_floor_batches.sql); transfers/s = tps x batch.
+-- bench/pg_floor_batches.sql for (h), bench/pg_floor_shards_batches.sql for
+-- (gf)); transfers/s = tps x batch.
 \set r random(1, 2000000000)
 \set k random(1, 50)
 BEGIN;
@@ -14,17 +20,18 @@ BEGIN;
 -- while waiting (bench/REPORT.md, "The sixteenth session"); the saga's own
 -- lock pass gives a constant list (saga_accounts_locked).
 SELECT count(*) FROM (SELECT a.id FROM saga_accounts a
-    JOIN (SELECT src AS id FROM floor_batches WHERE k = :k
-          UNION SELECT dst FROM floor_batches WHERE k = :k) batch ON a.id = batch.id
+    JOIN (SELECT src AS id FROM floor_batches WHERE k = :k AND src_here
+          UNION SELECT dst FROM floor_batches WHERE k = :k AND dst_here) batch ON a.id = batch.id
     ORDER BY a.id FOR UPDATE OF a) locked;
 INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
   SELECT 'floor-' || :r || '-' || n, CASE WHEN j = 1 THEN src ELSE dst END,
       CASE WHEN j = 1 THEN 'debit' ELSE 'credit' END, amount, 1700000000000
-    FROM floor_batches, generate_series(1, 2) j WHERE k = :k ORDER BY n, j;
+    FROM floor_batches, generate_series(1, 2) j
+    WHERE k = :k AND ((j = 1 AND src_here) OR (j = 2 AND dst_here)) ORDER BY n, j;
 UPDATE saga_accounts a SET balance = a.balance + d.delta
   FROM (SELECT acc, sum(delta) AS delta
-          FROM (SELECT src AS acc, -amount AS delta FROM floor_batches WHERE k = :k
-                UNION ALL SELECT dst, amount FROM floor_batches WHERE k = :k) x
+          FROM (SELECT src AS acc, -amount AS delta FROM floor_batches WHERE k = :k AND src_here
+                UNION ALL SELECT dst, amount FROM floor_batches WHERE k = :k AND dst_here) x
           GROUP BY acc) d
   WHERE a.id = d.acc AND d.delta <> 0;
 INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata, payload_hash, state,
@@ -33,8 +40,8 @@ INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata,
   SELECT 'floor-' || :r || '-' || n, src, dst, amount, '', '{}', n, 'done', 'floor', 1,
       1700000030000, NULL, 1700000000000, 1700000000000, 1700000000000, 1700000000000, 0, true,
       'transfers', n % 12, n
-    FROM floor_batches WHERE k = :k;
+    FROM floor_batches WHERE k = :k AND :home = 1;
 INSERT INTO saga_outbox (lease_until_ms, finished_at_ms, done, canceled)
   SELECT 1700000030000, 1700000000000, array_agg('floor-' || :r || '-' || n), '{}'
-    FROM floor_batches WHERE k = :k;
+    FROM floor_batches WHERE k = :k HAVING :home = 1;
 COMMIT;

@@ -1,4 +1,4 @@
--- The PostgreSQL floor's setup (bench/pg_floor.sql), on a copy of the
+-- The PostgreSQL floor's setup (bench/pg_floor.sql, (h)), on a copy of the
 -- ledger (accounts acct-0 .. acct-(naccounts-1)): 50 batches of `batch`
 -- transfers, the accounts drawn as saga-producer draws them (Zipf, s = 1.1),
 -- source and destination different. As `./dev bench` runs it:
@@ -13,7 +13,9 @@ CREATE TABLE floor_cdf AS
     FROM generate_series(0, :naccounts - 1) k;
 CREATE INDEX ON floor_cdf (cum);
 ANALYZE floor_cdf;
-CREATE TABLE floor_batches (k integer, n integer, src text, dst text, amount bigint, PRIMARY KEY (k, n));
+-- One store holds every account: every leg is here (bench/pg_floor.sql).
+CREATE TABLE floor_batches (k integer, n integer, src text, dst text, amount bigint,
+  src_here boolean NOT NULL DEFAULT true, dst_here boolean NOT NULL DEFAULT true, PRIMARY KEY (k, n));
 INSERT INTO floor_batches
   SELECT b.k, b.n, 'acct-' || s.k,
       'acct-' || CASE WHEN d.k = s.k THEN (d.k + 1) % :naccounts ELSE d.k END, 1 + floor(random() * 10000)

@@ -1,4 +1,4 @@
--- The two-shard floor's setup (bench/pg_floor_shards.sql), on a copy of a
+-- The two-shard floor's setup (bench/pg_floor.sql, (gf)), on a copy of a
 -- ledger (one store's, or one shard's: accounts acct-0 .. acct-(naccounts-1)
 -- or the share of them that lives there): 50 batches of `batch` transfers,
 -- the accounts drawn uniformly by hash, so every server draws the same

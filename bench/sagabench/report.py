@@ -274,7 +274,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("  in their final state. No checks, no outcomes to decide, no broker or worker on the machine;")
     w(f"  {', '.join(map(str, PG_FLOOR_CLIENTS))} clients = transactions in flight ((e)'s 1, 2 and 4 workers run 2 "
       f"lanes each), {o.pgbench_s} s each.")
-    w("- **the two-shard floor (gf)**: `bench/pg_floor_shards.sql` by pgbench, the (h) floor's rows for")
+    w("- **the two-shard floor (gf)**: `bench/pg_floor.sql` by pgbench, the (h) floor's rows for")
     w(f"  {thousands(PG_FLOOR_BATCH)} uniform transfers a transaction, where (g) keeps them: on one server (a copy of")
     w(f"  the one-store ledger, {2 * o.workers} transactions in flight as (c)'s lanes), or at once on both servers")
     w(f"  (copies of the shards, {o.workers} in flight on each as (g)'s workers), the legs on the server of their")
@@ -336,12 +336,12 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
       "--batch <B> --dist <uniform|zipf> [--account-index]   # (f)")
     w(f"psql -v naccounts={ACCOUNTS} -v batch={PG_FLOOR_BATCH} -f bench/pg_floor_batches.sql   "
       "# (h), on a copy of the ledger")
-    w(f"pgbench -n -c <1|2|4|8> -j <min(c, nproc)> -T {o.pgbench_s} -f bench/pg_floor.sql   "
+    w(f"pgbench -n -c <1|2|4|8> -j <min(c, nproc)> -T {o.pgbench_s} -D home=1 -f bench/pg_floor.sql   "
       "# (h), each on a fresh copy of that")
     w(f"psql -v naccounts={ACCOUNTS} -v batch={PG_FLOOR_BATCH} -f bench/pg_floor_shards_batches.sql   "
       "# (gf), on a copy of the ledger or of each shard")
     w(f"pgbench -n -c <{2 * o.workers} | {o.workers} on each server> -T {o.pgbench_s} -D home=<1 on the first, "
-      "0 on the second> -f bench/pg_floor_shards.sql   # (gf), at once on each server, on fresh copies")
+      "0 on the second> -f bench/pg_floor.sql   # (gf), at once on each server, on fresh copies")
     w("```")
     w("")
     w(f"Run as: `./dev bench{''.join(' ' + a for a in o.args)}`.")

@@ -387,7 +387,7 @@ class Bench:
         self._run_seq += 1
         self.pg.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {PG_FLOOR_TEMPLATE}")
         argv = [self.pg.bin / "pgbench", "-n", "-c", clients, "-j", min(clients, nproc()),
-                "-T", self.opts.pgbench_s, "-f", self.bench_dir / "pg_floor.sql", self.pg.url(database)]
+                "-T", self.opts.pgbench_s, "-D", "home=1", "-f", self.bench_dir / "pg_floor.sql", self.pg.url(database)]
         tps, n, cpu_s = self.run_pgbench(argv, self.work / f"{config}-{rep}.out",
                                          f"{config} run {rep}: pgbench bench/pg_floor.sql")
         tput, cpu = f"{tps * PG_FLOOR_BATCH:.0f}", f"{cpu_s / (n * PG_FLOOR_BATCH) * 1000:.3f}"
@@ -409,7 +409,7 @@ class Bench:
                          "-f", self.bench_dir / "pg_floor_shards_batches.sql"], "bench/pg_floor_shards_batches.sql")
 
     def shard_floor_run(self, config: str, rep: int, shards: int, clients: int) -> None:
-        """(gf): bench/pg_floor_shards.sql by pgbench on fresh copies of its
+        """(gf): bench/pg_floor.sql by pgbench on fresh copies of its
         templates, on one server (every leg there) or on both servers at
         once, `clients` transactions in flight on each, for as long as (a)'s
         runs. A batch is done when every server committed it, so transfers/s
@@ -425,7 +425,7 @@ class Bench:
         server_t0 = sum(server.ticks() for server in servers)
         procs = [self.s.procs.start([server.bin / "pgbench", "-n", "-c", clients, "-j", min(clients, nproc()),
                                      "-T", self.opts.pgbench_s, "-D", f"home={home}",
-                                     "-f", self.bench_dir / "pg_floor_shards.sql", server.url(database)],
+                                     "-f", self.bench_dir / "pg_floor.sql", server.url(database)],
                                     self.work / f"{config}-{rep}-{i}.out")
                  for i, (server, _, home) in enumerate(targets)]
         waited = [self.s.procs.wait_with_usage(proc) for proc in procs]
@@ -436,7 +436,7 @@ class Bench:
             result = measure.pgbench_result(text)
             if code != 0 or result is None:
                 print("\n".join(text.splitlines()[-20:]))
-                raise Fatal(f"{config} run {rep}: pgbench bench/pg_floor_shards.sql failed")
+                raise Fatal(f"{config} run {rep}: pgbench bench/pg_floor.sql failed")
             counts.append(result)
         tps, n = min(r[0] for r in counts), min(r[1] for r in counts)
         cpu_s = server_ticks / measure.TICKS_PER_S + sum(u.ru_utime + u.ru_stime for _, u in waited)
