@@ -227,8 +227,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     for config in CONFIGS:
         if not results.of(config):
             continue
-        dist = "zipf" if config.startswith(("e-", "h-")) else "uniform" if config.startswith("gf-") else \
-            config.partition("-")[2]
+        dist = ("zipf" if config.startswith(("e-", "h-")) else "uniform" if config.startswith("gf-")
+                else config.partition("-")[2])
         rss = "–" if config[0] in "abfh" or config.startswith("gf-") else f"{rss_mib(results.max(config, 'rss'))} MiB"
         w(f"| {describe(config, f)} | {dist} | {thousands(med(config, 'tput'))} | {fmt(med(config, 'p50'))} ms | "
           f"{fmt(med(config, 'p99'))} ms | {fmt(med(config, 'cpu'), 3)} | {rss} |")

@@ -414,7 +414,7 @@ class Bench:
         once, `clients` transactions in flight on each, for as long as (a)'s
         runs. A batch is done when every server committed it, so transfers/s
         is the slower server's; the faster one's extra batches are in the
-        CPU, which makes the two-server figure an upper bound."""
+        CPU, which makes the two-server CPU per transfer an upper bound."""
         targets = ([(self.pg, f"{SHARD_FLOOR_TEMPLATE}_one", 1)] if shards == 1 else
                    [(self.pg, f"{SHARD_FLOOR_TEMPLATE}_0", 1), (self.pg2, f"{SHARD_FLOOR_TEMPLATE}_1", 0)])
         database = f"floor_{self._run_seq}"
