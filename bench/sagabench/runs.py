@@ -372,51 +372,24 @@ class Bench:
              f"transfers/s (last third / first third {third}), {cpu} CPU s/1k; balanced")
         ledger.drop()
 
-    def prepare_pg_floor(self) -> None:
-        """(h)'s template: a copy of the PostgreSQL ledger with 50 batches of
-        Zipf transfers (bench/pg_floor_batches.sql)."""
-        self.pg.psql("sagapool", f"CREATE DATABASE {PG_FLOOR_TEMPLATE} TEMPLATE saga_template")
-        run_checked([self.pg.bin / "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", f"naccounts={ACCOUNTS}",
-                     "-v", f"batch={PG_FLOOR_BATCH}", "-d", self.pg.url(PG_FLOOR_TEMPLATE), "-f", self.bench_dir / "pg_floor_batches.sql"],
-                    "bench/pg_floor_batches.sql")
+    def floor_template(self, server: Postgres, database: str, ledger: str, setup: str) -> None:
+        """A floor's template on `server`: a copy of the `ledger` database
+        with the floor's 50 batches, from the bench/ script `setup`
+        (pg_floor_batches.sql: Zipf, for (h); pg_floor_shards_batches.sql:
+        uniform, for (gf))."""
+        server.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {ledger}")
+        run_checked([server.bin / "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", f"naccounts={ACCOUNTS}",
+                     "-v", f"batch={PG_FLOOR_BATCH}", "-d", server.url(database), "-f", self.bench_dir / setup],
+                    f"bench/{setup}")
 
-    def pg_floor_run(self, config: str, rep: int, clients: int) -> None:
-        """(h): bench/pg_floor.sql by pgbench with `clients` transactions in
-        flight, on a fresh copy of its template, for as long as (a)'s runs."""
-        database = f"floor_{self._run_seq}"
-        self._run_seq += 1
-        self.pg.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {PG_FLOOR_TEMPLATE}")
-        argv = [self.pg.bin / "pgbench", "-n", "-c", clients, "-j", min(clients, nproc()),
-                "-T", self.opts.pgbench_s, "-D", "home=1", "-f", self.bench_dir / "pg_floor.sql", self.pg.url(database)]
-        tps, n, cpu_s = self.run_pgbench(argv, self.work / f"{config}-{rep}.out",
-                                         f"{config} run {rep}: pgbench bench/pg_floor.sql")
-        tput, cpu = f"{tps * PG_FLOOR_BATCH:.0f}", f"{cpu_s / (n * PG_FLOOR_BATCH) * 1000:.3f}"
-        self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s))
-        note(f"{config} run {rep}: {n} transactions of {PG_FLOOR_BATCH} transfers, {clients} at a time: "
-             f"{tput} transfers/s, {cpu} CPU s/1k")
-        self.pg.psql("sagapool", f"DROP DATABASE {database}")
-
-    def prepare_shard_floor(self) -> None:
-        """(gf)'s templates: a copy of the one-store ledger, and of each
-        shard's, with the same 50 batches of uniform transfers
-        (bench/pg_floor_shards_batches.sql)."""
-        for server, database, template in ((self.pg, f"{SHARD_FLOOR_TEMPLATE}_one", "saga_template"),
-                                           (self.pg, f"{SHARD_FLOOR_TEMPLATE}_0", SHARD_TEMPLATE),
-                                           (self.pg2, f"{SHARD_FLOOR_TEMPLATE}_1", SHARD_TEMPLATE)):
-            server.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {template}")
-            run_checked([server.bin / "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", f"naccounts={ACCOUNTS}",
-                         "-v", f"batch={PG_FLOOR_BATCH}", "-d", server.url(database),
-                         "-f", self.bench_dir / "pg_floor_shards_batches.sql"], "bench/pg_floor_shards_batches.sql")
-
-    def shard_floor_run(self, config: str, rep: int, shards: int, clients: int) -> None:
-        """(gf): bench/pg_floor.sql by pgbench on fresh copies of its
-        templates, on one server (every leg there) or on both servers at
-        once, `clients` transactions in flight on each, for as long as (a)'s
-        runs. A batch is done when every server committed it, so transfers/s
-        is the slower server's; the faster one's extra batches are in the
-        CPU, which makes the two-server CPU per transfer an upper bound."""
-        targets = ([(self.pg, f"{SHARD_FLOOR_TEMPLATE}_one", 1)] if shards == 1 else
-                   [(self.pg, f"{SHARD_FLOOR_TEMPLATE}_0", 1), (self.pg2, f"{SHARD_FLOOR_TEMPLATE}_1", 0)])
+    def pg_floor_run(self, config: str, rep: int, targets: list[tuple[Postgres, str, int]], clients: int) -> None:
+        """(h), (gf): bench/pg_floor.sql by pgbench at once on each of
+        `targets` (server, template, home: 1 where the transfers' rows go),
+        on fresh copies of the templates, `clients` transactions in flight
+        on each, for as long as (a)'s runs. A batch is done when every
+        server committed it, so transfers/s is the slowest server's; the
+        others' extra batches are in the CPU, which makes the CPU per
+        transfer of several servers an upper bound."""
         database = f"floor_{self._run_seq}"
         self._run_seq += 1
         for server, template, _ in targets:
@@ -442,8 +415,9 @@ class Bench:
         cpu_s = server_ticks / measure.TICKS_PER_S + sum(u.ru_utime + u.ru_stime for _, u in waited)
         tput, cpu = f"{tps * PG_FLOOR_BATCH:.0f}", f"{cpu_s / (n * PG_FLOOR_BATCH) * 1000:.3f}"
         self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s))
+        where = "" if len(targets) == 1 else f" on each of {len(targets)} servers"
         note(f"{config} run {rep}: {' and '.join(str(r[1]) for r in counts)} transactions of {PG_FLOOR_BATCH} "
-             f"transfers, {clients} at a time on each of {shards} server(s): {tput} transfers/s, {cpu} CPU s/1k")
+             f"transfers, {clients} at a time{where}: {tput} transfers/s, {cpu} CPU s/1k")
         for server in servers:
             server.psql("sagapool", f"DROP DATABASE {database}")
 
@@ -528,12 +502,15 @@ class Bench:
         # server with (c)'s transactions in flight and on both with (g)'s.
         say(f"(gf) the two-shard floor: bare SQL, {PG_FLOOR_BATCH:,} uniform transfers per transaction, one server "
             f"and two ({self.elapsed()})")
-        self.prepare_shard_floor()
+        one, first, second = (f"{SHARD_FLOOR_TEMPLATE}_{k}" for k in ("one", 0, 1))
+        self.floor_template(self.pg, one, "saga_template", "pg_floor_shards_batches.sql")
+        self.floor_template(self.pg, first, SHARD_TEMPLATE, "pg_floor_shards_batches.sql")
+        self.floor_template(self.pg2, second, SHARD_TEMPLATE, "pg_floor_shards_batches.sql")
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "(gf)"):
                 break
-            self.shard_floor_run("gf-1", rep, 1, 2 * o.workers)
-            self.shard_floor_run("gf-2", rep, 2, o.workers)
+            self.pg_floor_run("gf-1", rep, [(self.pg, one, 1)], 2 * o.workers)
+            self.pg_floor_run("gf-2", rep, [(self.pg, first, 1), (self.pg2, second, 0)], o.workers)
         say(f"half-load latency: (c) and (d) at half their measured Zipf throughput, for {o.half_s} s, on "
             f"saga-broker and on real Kafka "
             f"({self.elapsed()})")
@@ -566,9 +543,9 @@ class Bench:
         say(f"(h) the PostgreSQL floor: bare SQL, {PG_FLOOR_BATCH:,} transfers per transaction, Zipf, "
             f"{', '.join(map(str, PG_FLOOR_CLIENTS))} at a time ({self.elapsed()})")
         end = b.phase_end(99)
-        self.prepare_pg_floor()
+        self.floor_template(self.pg, PG_FLOOR_TEMPLATE, "saga_template", "pg_floor_batches.sql")
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "(h)"):
                 break
             for clients in PG_FLOOR_CLIENTS:
-                self.pg_floor_run(f"h-{clients}", rep, clients)
+                self.pg_floor_run(f"h-{clients}", rep, [(self.pg, PG_FLOOR_TEMPLATE, 1)], clients)
