@@ -137,7 +137,8 @@ class Bench:
         if log:
             argv += ["-l", "--log-prefix", folder / "tx"]
         argv += ["-f", self.bench_dir / script, self.pg.url("sagapool")]
-        tps, n, cpu_s = self.run_pgbench(argv, folder / "out", f"pgbench {script} (clients {clients})")
+        [(tps, n)], cpu_s = self.run_pgbench([(argv, folder / "out")], [self.pg],
+                                             f"pgbench {script} (clients {clients})")
         p50 = p99 = "NaN"
         if log:
             logs = sorted(folder.glob("tx.*"))
@@ -146,21 +147,27 @@ class Bench:
                 path.unlink()
         return tps, n, cpu_s, p50, p99
 
-    def run_pgbench(self, argv: list, out: Path, what: str) -> tuple[float, int, float]:
-        """pgbench to its end, its output in out: (tps, transactions, CPU
-        seconds of pgbench and every server process)."""
-        server_t0 = self.pg.ticks()
-        code, usage = self.s.procs.wait_with_usage(self.s.procs.start(argv, out))
-        server_ticks = self.pg.ticks() - server_t0
-        text = out.read_text(errors="replace")
-        if code != 0:
-            print("\n".join(text.splitlines()[-20:]))
-            raise Fatal(f"{what} failed")
-        result = measure.pgbench_result(text)
-        if result is None:
-            print(text)
-            raise Fatal(f"{what}: no result")
-        return result[0], result[1], server_ticks / measure.TICKS_PER_S + usage.ru_utime + usage.ru_stime
+    def run_pgbench(self, runs: list[tuple[list, Path]], servers: list[Postgres],
+                    what: str) -> tuple[list[tuple[float, int]], float]:
+        """pgbench runs side by side to their ends, each one's output in its
+        path: each run's (tps, transactions), and the CPU seconds of every
+        pgbench and every process of `servers`."""
+        server_t0 = sum(server.ticks() for server in servers)
+        procs = [self.s.procs.start(argv, out) for argv, out in runs]
+        waited = [self.s.procs.wait_with_usage(proc) for proc in procs]
+        server_ticks = sum(server.ticks() for server in servers) - server_t0
+        results = []
+        for (code, _), (_, out) in zip(waited, runs):
+            text = out.read_text(errors="replace")
+            if code != 0:
+                print("\n".join(text.splitlines()[-20:]))
+                raise Fatal(f"{what} failed")
+            result = measure.pgbench_result(text)
+            if result is None:
+                print(text)
+                raise Fatal(f"{what}: no result")
+            results.append(result)
+        return results, server_ticks / measure.TICKS_PER_S + sum(u.ru_utime + u.ru_stime for _, u in waited)
 
     def pgbench_config(self, label: str, script: str, zipf: int) -> None:
         """Probes the client counts, then REPS runs at the best."""
@@ -395,24 +402,13 @@ class Bench:
         for server, template, _ in targets:
             server.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {template}")
         servers = [server for server, _, _ in targets]
-        server_t0 = sum(server.ticks() for server in servers)
-        procs = [self.s.procs.start([server.bin / "pgbench", "-n", "-c", clients, "-j", min(clients, nproc()),
-                                     "-T", self.opts.pgbench_s, "-D", f"home={home}",
-                                     "-f", self.bench_dir / "pg_floor.sql", server.url(database)],
-                                    self.work / f"{config}-{rep}-{i}.out")
-                 for i, (server, _, home) in enumerate(targets)]
-        waited = [self.s.procs.wait_with_usage(proc) for proc in procs]
-        server_ticks = sum(server.ticks() for server in servers) - server_t0
-        counts = []
-        for i, (code, _) in enumerate(waited):
-            text = (self.work / f"{config}-{rep}-{i}.out").read_text(errors="replace")
-            result = measure.pgbench_result(text)
-            if code != 0 or result is None:
-                print("\n".join(text.splitlines()[-20:]))
-                raise Fatal(f"{config} run {rep}: pgbench bench/pg_floor.sql failed")
-            counts.append(result)
+        counts, cpu_s = self.run_pgbench(
+            [([server.bin / "pgbench", "-n", "-c", clients, "-j", min(clients, nproc()), "-T", self.opts.pgbench_s,
+               "-D", f"home={home}", "-f", self.bench_dir / "pg_floor.sql", server.url(database)],
+              self.work / f"{config}-{rep}-{i}.out")
+             for i, (server, _, home) in enumerate(targets)],
+            servers, f"{config} run {rep}: pgbench bench/pg_floor.sql")
         tps, n = min(r[0] for r in counts), min(r[1] for r in counts)
-        cpu_s = server_ticks / measure.TICKS_PER_S + sum(u.ru_utime + u.ru_stime for _, u in waited)
         tput, cpu = f"{tps * PG_FLOOR_BATCH:.0f}", f"{cpu_s / (n * PG_FLOOR_BATCH) * 1000:.3f}"
         self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s))
         where = "" if len(targets) == 1 else f" on each of {len(targets)} servers"
@@ -503,9 +499,9 @@ class Bench:
         say(f"(gf) the two-shard floor: bare SQL, {PG_FLOOR_BATCH:,} uniform transfers per transaction, one server "
             f"and two ({self.elapsed()})")
         one, first, second = (f"{SHARD_FLOOR_TEMPLATE}_{k}" for k in ("one", 0, 1))
-        self.floor_template(self.pg, one, "saga_template", "pg_floor_shards_batches.sql")
-        self.floor_template(self.pg, first, SHARD_TEMPLATE, "pg_floor_shards_batches.sql")
-        self.floor_template(self.pg2, second, SHARD_TEMPLATE, "pg_floor_shards_batches.sql")
+        for server, database, ledger in ((self.pg, one, "saga_template"), (self.pg, first, SHARD_TEMPLATE),
+                                         (self.pg2, second, SHARD_TEMPLATE)):
+            self.floor_template(server, database, ledger, "pg_floor_shards_batches.sql")
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "(gf)"):
                 break
