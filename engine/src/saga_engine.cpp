@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <thread>
+#include <utility>
 
 #include "sagapool/failpoints.hpp"
 #include "sagapool/log.hpp"
@@ -44,6 +45,14 @@ struct SagaEngine::ShardBatch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The transitions the engine may leave unwritten on several stores: every
+// legal one into `pending` or `applied`.
+constexpr std::array<std::pair<TransferState, TransferState>, 3> kUnwritten = {{
+    {TransferState::initial, TransferState::pending},
+    {TransferState::pending, TransferState::applied},
+    {TransferState::canceling, TransferState::applied},
+}};
 
 // A leg result the engine did not ask for means the store broke its contract.
 Status unexpected(const LegRequest& leg, LegStatus status) {
@@ -122,6 +131,9 @@ Status SagaEngine::run_rounds(std::vector<SagaItem>& items) {
   // A roll-forward (canceling -> applied) needs one more round; nothing else
   // does, so the bound is never reached by a healthy batch.
   constexpr int kMaxRounds = 4;
+  stored_.clear();
+  for (const SagaItem& it : items) stored_.push_back(it.state);
+  uncounted_.assign(items.size(), 0);
   for (int round = 0; round < kMaxRounds; ++round) {
     Status s = step_initial(items);
     if (s) s = step_legs(items);
@@ -142,9 +154,10 @@ Status SagaEngine::flush_coalesced(std::vector<SagaItem>& items) {
   // state written (their terminal transitions were written as they happened).
   if (!scoped_) return Status::ok();
   transition_batch_.clear();
-  for (const SagaItem& it : items) {
-    if (it.fresh && !it.dropped && !is_terminal(it.state) && it.state != TransferState::initial) {
-      transition_batch_.push_back({it.id, TransferState::initial, it.state, it.reason, options_.owner, it.epoch});
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const SagaItem& it = items[i];
+    if (it.fresh && !it.dropped && !is_terminal(it.state) && it.state != stored_[i]) {
+      transition_batch_.push_back({it.id, stored_[i], it.state, it.reason, options_.owner, it.epoch});
     }
   }
   if (transition_batch_.empty()) return Status::ok();
@@ -538,6 +551,7 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
   const auto started = Clock::now();
   transition_batch_.clear();
   written_.clear();
+  outcome_.assign(transitions_.size(), Outcome::refused);
   for (std::size_t k = 0; k < transitions_.size(); ++k) {
     const Pending& p = transitions_[k];
     const SagaItem& it = items[p.item];
@@ -546,13 +560,21 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
                            " -> " + std::string(to_string(p.to)) + " for transfer " + it.id);
     }
     // A transfer inserted in this very transaction cannot be owned by anyone
-    // else and its intermediate states are never visible outside it: write
-    // only its final state, once, from the stored `initial`.
-    const bool coalesce = scoped_ && it.fresh;
-    if (coalesce && !is_terminal(p.to)) continue;
+    // else and its intermediate states are never visible outside it: only
+    // its final state is written, once. On several stores each stage
+    // commits on its own, and only what recovery must know is written: the
+    // end, and `canceling` before any compensation leg runs (recovery from
+    // `pending` would otherwise find the credit void and stop). `pending`
+    // and `applied` are not: recovery from the state before them posts the
+    // same legs again, which the journal reports as already posted, and a
+    // paused owner's legs are fenced by the voids either way.
+    if (scoped_ ? it.fresh && !is_terminal(p.to)
+                : p.to == TransferState::pending || p.to == TransferState::applied) {
+      outcome_[k] = scoped_ ? Outcome::applied : Outcome::unwritten;
+      continue;
+    }
     written_.push_back(k);
-    transition_batch_.push_back({it.id, coalesce ? TransferState::initial : it.state, p.to, p.reason,
-                                 options_.owner, it.epoch});
+    transition_batch_.push_back({it.id, stored_[p.item], p.to, p.reason, options_.owner, it.epoch});
   }
   applied_.assign(transition_batch_.size(), 0);
   Status s = Status::ok();
@@ -571,32 +593,55 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
     return s;
   }
   // Expand the store's answers back onto every queued transition.
-  store_applied_.assign(transitions_.size(), 1);
-  for (std::size_t w = 0; w < written_.size(); ++w) store_applied_[written_[w]] = s.is_ok() && applied_[w];
-  std::array<std::array<std::size_t, kTransferStateCount>, kTransferStateCount> counts{};
+  for (std::size_t w = 0; w < written_.size(); ++w) {
+    outcome_[written_[w]] = s.is_ok() && applied_[w] ? Outcome::written : Outcome::refused;
+  }
+  // Per (from, to): the unwritten transitions this write confirmed, which
+  // came first, and the ones it made.
+  using Counts = std::array<std::array<std::size_t, kTransferStateCount>, kTransferStateCount>;
+  std::array<Counts, 2> counts{};
+  auto count = [&](std::size_t which, TransferState from, TransferState to) {
+    ++counts[which][static_cast<std::size_t>(from)][static_cast<std::size_t>(to)];
+  };
   for (std::size_t k = 0; k < transitions_.size(); ++k) {
-    SagaItem& it = items[transitions_[k].item];
-    if (!store_applied_[k]) {
+    const std::size_t i = transitions_[k].item;
+    SagaItem& it = items[i];
+    const TransferState to = transitions_[k].to;
+    if (outcome_[k] == Outcome::refused) {
       it.dropped = true;  // fenced out, or left for recovery after a store error
       continue;
     }
-    ++counts[static_cast<std::size_t>(it.state)][static_cast<std::size_t>(transitions_[k].to)];
-    if (transitions_[k].to == TransferState::canceling) {
+    // An unwritten transition counts once a later write shows the item was
+    // still ours (metrics count what the store holds, not a zombie's replay).
+    if (outcome_[k] == Outcome::unwritten) {
+      for (std::size_t e = 0; e < kUnwritten.size(); ++e) {
+        if (kUnwritten[e] == std::pair{it.state, to}) uncounted_[i] |= 1u << e;
+      }
+    } else {
+      for (std::size_t e = 0; e < kUnwritten.size(); ++e) {
+        if (uncounted_[i] & (1u << e)) count(0, kUnwritten[e].first, kUnwritten[e].second);
+      }
+      uncounted_[i] = 0;
+      count(1, it.state, to);
+    }
+    if (outcome_[k] == Outcome::written) stored_[i] = to;
+    if (to == TransferState::canceling) {
       log_event(spdlog::level::info, "compensating: a leg was refused",
                 {{"transfer_id", it.id}, {"reason", to_string(transitions_[k].reason)},
                  {"from_state", to_string(it.state)}, {"worker", options_.owner}});
     }
-    if (transitions_[k].to == TransferState::canceled) observer_->on_compensation(transitions_[k].reason);
-    it.state = transitions_[k].to;
+    if (to == TransferState::canceled) observer_->on_compensation(transitions_[k].reason);
+    it.state = to;
     it.reason = transitions_[k].reason;
     if (is_terminal(it.state)) it.finished_at_ms = written_at_ms;
   }
   transitions_.clear();
-  for (std::size_t f = 0; f < counts.size(); ++f) {
-    for (std::size_t t = 0; t < counts[f].size(); ++t) {
-      if (counts[f][t] != 0) {
-        observer_->on_transitions(static_cast<TransferState>(f), static_cast<TransferState>(t),
-                                  counts[f][t]);
+  for (const Counts& c : counts) {
+    for (std::size_t f = 0; f < c.size(); ++f) {
+      for (std::size_t t = 0; t < c[f].size(); ++t) {
+        if (c[f][t] != 0) {
+          observer_->on_transitions(static_cast<TransferState>(f), static_cast<TransferState>(t), c[f][t]);
+        }
       }
     }
   }

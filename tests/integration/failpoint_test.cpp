@@ -243,7 +243,7 @@ TEST_P(FailpointCrash, CrashThereThenARestartFinishesEverythingExactlyOnce) {
 
 INSTANTIATE_TEST_SUITE_P(
     Points, FailpointCrash,
-    ::testing::Values(CrashCase{"after_insert", 1}, CrashCase{"after_insert", 2}, CrashCase{"after_claim", 2},
+    ::testing::Values(CrashCase{"after_insert", 1}, CrashCase{"after_insert", 2}, CrashCase{"before_finish", 2},
                       CrashCase{"after_debit", 1}, CrashCase{"after_debit", 2}, CrashCase{"after_credit", 2},
                       CrashCase{"after_apply", 2}, CrashCase{"after_cleanup", 2},
                       CrashCase{"after_compensate", 1}, CrashCase{"before_finish", 1},

@@ -144,7 +144,18 @@ class SagaEngine {
   std::vector<Transition> transition_batch_;
   std::vector<std::uint8_t> applied_;
   std::vector<std::size_t> written_;          // transitions_ sent to the store
-  std::vector<std::uint8_t> store_applied_;   // per transitions_ entry
+  // Per transitions_ entry: what became of it.
+  enum class Outcome : std::uint8_t {
+    refused,    // not applied by the store (or its write failed)
+    written,    // applied by the store
+    applied,    // coalesced into a write of this transaction
+    unwritten,  // not needed by recovery, so not written (several stores)
+  };
+  std::vector<Outcome> outcome_;
+  std::vector<TransferState> stored_;  // per item: the state its store row holds
+  // Per item: its unwritten transitions (bits of kUnwritten in the .cpp),
+  // reported once a write of the item applies.
+  std::vector<std::uint8_t> uncounted_;
   std::vector<ShardBatch> shards_;     // first legs of a stage, per shard
   std::vector<ShardBatch> followups_;  // legs that depend on their results
   std::vector<std::size_t> pending_;   // items to post, in batch order
