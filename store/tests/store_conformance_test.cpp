@@ -291,11 +291,19 @@ TEST_P(StoreTest, TransitionBatchAppliesItsRecordsInOrder) {
       {"t-2", S::pending, S::applied, Reason::none, "w1", 1},  // wrong from
       {"t-2", S::initial, S::canceling, Reason::insufficient_funds, "w1", 1},
       {"t-2", S::initial, S::pending, Reason::none, "w1", 1},  // no longer initial
+      {"t-1", S::applied, S::done, Reason::none, "w1", 1},
   };
   std::vector<std::uint8_t> applied(batch.size(), 7);
   SAGA_ASSERT_OK(store_->transition(batch, 60'000, applied));
-  EXPECT_EQ(applied, (std::vector<std::uint8_t>{1, 1, 0, 1, 0}));
-  EXPECT_EQ(load("t-1").state, S::applied);
+  EXPECT_EQ(applied, (std::vector<std::uint8_t>{1, 1, 0, 1, 0, 1}));
+  // Finished in such a batch, its outcome is unpublished until marked.
+  const TransferDoc t1 = load("t-1");
+  EXPECT_EQ(t1.state, S::done);
+  EXPECT_GT(t1.finished_at_ms, 0);
+  EXPECT_FALSE(t1.notified);
+  const std::vector<std::string_view> published = {"t-1"};
+  SAGA_ASSERT_OK(store_->mark_notified(published));
+  EXPECT_TRUE(load("t-1").notified);
   const TransferDoc t2 = load("t-2");
   EXPECT_EQ(t2.state, S::canceling);
   EXPECT_EQ(t2.reason, Reason::insufficient_funds);
