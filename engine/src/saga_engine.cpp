@@ -46,8 +46,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The transitions the engine may leave unwritten on several stores: every
-// legal one into `pending` or `applied`.
+// The transitions the engine may leave unwritten outside a batch
+// transaction: every legal one into `pending` or `applied`.
 constexpr std::array<std::pair<TransferState, TransferState>, 3> kUnwritten = {{
     {TransferState::initial, TransferState::pending},
     {TransferState::pending, TransferState::applied},
@@ -561,13 +561,14 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
     }
     // A transfer inserted in this very transaction cannot be owned by anyone
     // else and its intermediate states are never visible outside it: only
-    // its final state is written, once. On several stores each stage
-    // commits on its own, and only what recovery must know is written: the
-    // end, and `canceling` before any compensation leg runs (recovery from
-    // `pending` would otherwise find the credit void and stop). `pending`
-    // and `applied` are not: recovery from the state before them posts the
-    // same legs again, which the journal reports as already posted, and a
-    // paused owner's legs are fenced by the voids either way.
+    // its final state is written, once. Outside a batch transaction (several
+    // stores, MongoDB) each stage commits on its own, and only what recovery
+    // must know is written: the end, and `canceling` before any compensation
+    // leg runs (recovery from `pending` would otherwise find the credit void
+    // and stop). `pending` and `applied` are not: recovery from the state
+    // before them posts the same legs again, which the journal reports as
+    // already posted, and a paused owner's legs are fenced by the voids
+    // either way.
     if (scoped_ ? it.fresh && !is_terminal(p.to)
                 : p.to == TransferState::pending || p.to == TransferState::applied) {
       outcome_[k] = scoped_ ? Outcome::applied : Outcome::unwritten;

@@ -149,7 +149,7 @@ class SagaEngine {
     refused,    // not applied by the store (or its write failed)
     written,    // applied by the store
     applied,    // coalesced into a write of this transaction
-    unwritten,  // not needed by recovery, so not written (several stores)
+    unwritten,  // not needed by recovery, so not written (no batch transaction)
   };
   std::vector<Outcome> outcome_;
   std::vector<TransferState> stored_;  // per item: the state its store row holds
