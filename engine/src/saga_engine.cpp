@@ -571,7 +571,7 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
     // either way.
     if (scoped_ ? it.fresh && !is_terminal(p.to)
                 : p.to == TransferState::pending || p.to == TransferState::applied) {
-      outcome_[k] = scoped_ ? Outcome::applied : Outcome::unwritten;
+      outcome_[k] = scoped_ ? Outcome::coalesced : Outcome::unwritten;
       continue;
     }
     written_.push_back(k);

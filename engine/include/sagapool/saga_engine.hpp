@@ -148,7 +148,7 @@ class SagaEngine {
   enum class Outcome : std::uint8_t {
     refused,    // not applied by the store (or its write failed)
     written,    // applied by the store
-    applied,    // coalesced into a write of this transaction
+    coalesced,  // left to the batch transaction's final write of the item
     unwritten,  // not needed by recovery, so not written (no batch transaction)
   };
   std::vector<Outcome> outcome_;
