@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <thread>
-#include <utility>
 
 #include "sagapool/failpoints.hpp"
 #include "sagapool/log.hpp"
@@ -45,14 +44,6 @@ struct SagaEngine::ShardBatch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The transitions the engine may leave unwritten outside a batch
-// transaction: every legal one into `pending` or `applied`.
-constexpr std::array<std::pair<TransferState, TransferState>, 3> kUnwritten = {{
-    {TransferState::initial, TransferState::pending},
-    {TransferState::pending, TransferState::applied},
-    {TransferState::canceling, TransferState::applied},
-}};
 
 // A leg result the engine did not ask for means the store broke its contract.
 Status unexpected(const LegRequest& leg, LegStatus status) {
@@ -133,7 +124,6 @@ Status SagaEngine::run_rounds(std::vector<SagaItem>& items) {
   constexpr int kMaxRounds = 4;
   stored_.clear();
   for (const SagaItem& it : items) stored_.push_back(it.state);
-  uncounted_.assign(items.size(), 0);
   for (int round = 0; round < kMaxRounds; ++round) {
     Status s = step_initial(items);
     if (s) s = step_legs(items);
@@ -612,19 +602,19 @@ Status SagaEngine::write_transitions(std::vector<SagaItem>& items, const char* s
       it.dropped = true;  // fenced out, or left for recovery after a store error
       continue;
     }
-    // An unwritten transition counts once a later write shows the item was
-    // still ours (metrics count what the store holds, not a zombie's replay).
-    if (outcome_[k] == Outcome::unwritten) {
-      for (std::size_t e = 0; e < kUnwritten.size(); ++e) {
-        if (kUnwritten[e] == std::pair{it.state, to}) uncounted_[i] |= 1u << e;
+    // Unwritten transitions count once a later write shows the item was
+    // still ours (metrics count what the store holds, not a zombie's
+    // replay). They lead from the stored state into `pending`, then
+    // `applied`, so the stored state and the item's give them.
+    if (outcome_[k] == Outcome::written && !scoped_) {
+      TransferState from = stored_[i];
+      if (from == TransferState::initial && it.state != from) {
+        count(0, from, TransferState::pending);
+        from = TransferState::pending;
       }
-    } else {
-      for (std::size_t e = 0; e < kUnwritten.size(); ++e) {
-        if (uncounted_[i] & (1u << e)) count(0, kUnwritten[e].first, kUnwritten[e].second);
-      }
-      uncounted_[i] = 0;
-      count(1, it.state, to);
+      if (it.state == TransferState::applied && from != it.state) count(0, from, it.state);
     }
+    if (outcome_[k] != Outcome::unwritten) count(1, it.state, to);
     if (outcome_[k] == Outcome::written) stored_[i] = to;
     if (to == TransferState::canceling) {
       log_event(spdlog::level::info, "compensating: a leg was refused",

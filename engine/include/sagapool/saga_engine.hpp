@@ -153,9 +153,6 @@ class SagaEngine {
   };
   std::vector<Outcome> outcome_;
   std::vector<TransferState> stored_;  // per item: the state its store row holds
-  // Per item: its unwritten transitions (bits of kUnwritten in the .cpp),
-  // reported once a write of the item applies.
-  std::vector<std::uint8_t> uncounted_;
   std::vector<ShardBatch> shards_;     // first legs of a stage, per shard
   std::vector<ShardBatch> followups_;  // legs that depend on their results
   std::vector<std::size_t> pending_;   // items to post, in batch order
