@@ -91,7 +91,9 @@ Status SagaEngine::with_retries(std::string_view op, Call&& call) {
 
 Status SagaEngine::run(std::vector<SagaItem>& items) {
   // One store: the whole batch is one transaction there (one commit instead
-  // of one per stage). Several stores: each stage commits on its own shard.
+  // of one per stage). Several stores: each stage commits on its own shard
+  // (the worker runs what lies wholly on the first in its insert's
+  // transaction: split_first_store).
   if (ledger_.shard_count() != 1 || !ledger_.shard(0).supports_scope()) return run_rounds(items);
   StageStore& store = ledger_.shard(0);
   Status s = with_retries_unscoped("begin", [&] { return store.begin_scope(); });
@@ -108,6 +110,14 @@ Status SagaEngine::run(std::vector<SagaItem>& items) {
 }
 
 Status SagaEngine::run_in_scope(std::vector<SagaItem>& items) {
+  if (ledger_.shard_count() > 1) {
+    for (const SagaItem& it : items) {
+      if (ledger_.shard_index(it.source) != 0 || ledger_.shard_index(it.destination) != 0) {
+        return Status::fatal("engine: transfer " + it.id +
+                             " has an account on another store, so it cannot run in the first store's transaction");
+      }
+    }
+  }
   scoped_ = true;
   store_failed_ = false;
   Status s = run_rounds(items);
@@ -116,6 +126,33 @@ Status SagaEngine::run_in_scope(std::vector<SagaItem>& items) {
     s = Status::retry_stage("a store call failed inside the batch transaction");
   }
   return s;
+}
+
+void SagaEngine::split_first_store(std::vector<SagaItem>& items, std::vector<SagaItem>& rest) {
+  rest.clear();
+  stays_.assign(items.size(), 0);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const SagaItem& it = items[i];
+    const std::string_view source = it.source;
+    const std::string_view destination = it.destination;
+    if (ledger_.shard_index(source) == 0 && ledger_.shard_index(destination) == 0 &&
+        !held_.contains(source) && !held_.contains(destination)) {
+      stays_[i] = 1;
+    } else {
+      held_.insert(source);
+      held_.insert(destination);
+    }
+  }
+  held_.clear();  // views into the items, which move now
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!stays_[i]) {
+      rest.push_back(std::move(items[i]));
+    } else if (kept++ != i) {
+      items[kept - 1] = std::move(items[i]);
+    }
+  }
+  items.resize(kept);
 }
 
 Status SagaEngine::run_rounds(std::vector<SagaItem>& items) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -742,11 +743,12 @@ struct Scenario {
 // sources and destinations are different accounts and no credit can fail,
 // so no balance a debit reads depends on an earlier transfer's credit or
 // reversal.
-Scenario random_scenario(std::uint32_t seed, std::size_t transfers, bool disjoint) {
+// `spread`, when not 0, is the number of accounts instead.
+Scenario random_scenario(std::uint32_t seed, std::size_t transfers, bool disjoint, int spread = 0) {
   std::mt19937 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   Scenario sc;
-  const int hot = pick(5, 8);
+  const int hot = spread != 0 ? spread : pick(5, 8);
   const int locked = pick(0, hot - 1);
   for (int i = 0; i < hot; ++i) {
     AccountSpec a;
@@ -786,29 +788,87 @@ struct Outcome {
   bool operator==(const Outcome&) const = default;
 };
 
-// Runs `sc` on a fresh ledger in `folder`: all transfers as one batch, or one
-// engine run per transfer in order. Fills outcomes, balances and postings.
+// How run_scenario runs a scenario's transfers.
+enum class RunMode {
+  batch,       // one engine run of them all
+  one_by_one,  // one engine run per transfer, in order
+  // As the worker runs a batch on several stores (Worker::write_batch):
+  // inserted in a transaction on the first store, which runs what
+  // split_first_store keeps, and the rest after its commit.
+  first_store_first,
+};
+
+// The saga of a request inserted in the current scope, as the worker starts it.
+SagaItem fresh_item(const Req& r) {
+  SagaItem it;
+  it.id = r.id;
+  it.source = r.from;
+  it.destination = r.to;
+  it.currency = r.currency;
+  it.requested_currency = r.currency;
+  it.amount = r.amount;
+  it.epoch = 1;
+  it.fresh = true;
+  return it;
+}
+
+// first_store_first: how many transfers ran in the first store's
+// transaction, how many after it, and how many of those had both accounts
+// on the first store (and waited for an earlier transfer).
+struct SplitCounts {
+  std::size_t kept = 0;
+  std::size_t moved = 0;
+  std::size_t waited = 0;
+};
+
+// Runs `sc` on a fresh ledger in `folder` as `mode` says. Fills outcomes,
+// balances and postings, and adds to `split`.
 void run_scenario(const Scenario& sc, const std::filesystem::path& folder, std::size_t stores,
-                  bool one_by_one, std::map<std::string, Outcome>& outcomes,
-                  std::map<std::string, std::int64_t>& final_balances, std::vector<std::string>& postings) {
+                  RunMode mode, std::map<std::string, Outcome>& outcomes,
+                  std::map<std::string, std::int64_t>& final_balances, std::vector<std::string>& postings,
+                  SplitCounts* split = nullptr) {
   LedgerFiles lf;
   Status s = lf.open(folder, stores);
   ASSERT_TRUE(s.is_ok()) << s.message();
   Ledger& ledger = *lf.ledger;
   s = create_accounts(ledger, sc.accounts);
   ASSERT_TRUE(s.is_ok()) << s.message();
-  s = insert(ledger, sc.transfers, kOwner);
-  ASSERT_TRUE(s.is_ok()) << s.message();
   RecordingObserver observer;
-  std::vector<SagaItem> all = items_for(ledger, sc.transfers);
-  if (one_by_one) {
+  if (mode == RunMode::first_store_first) {
+    SagaEngine engine(ledger, {std::string(kOwner), kLeaseMs, 5}, &observer);
+    std::vector<SagaItem> kept, rest;
+    for (const Req& r : sc.transfers) kept.push_back(fresh_item(r));
+    ASSERT_TRUE(ledger.transfers().begin_scope().is_ok());
+    s = insert(ledger, sc.transfers, kOwner);
+    if (s) engine.split_first_store(kept, rest);
+    if (s) s = engine.run_in_scope(kept);
+    if (s) s = ledger.transfers().end_scope(true);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    for (SagaItem& it : rest) it.fresh = false;
+    s = engine.run(rest);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    if (split) {
+      split->kept += kept.size();
+      split->moved += rest.size();
+      for (const SagaItem& it : rest) {
+        split->waited += ledger.shard_index(it.source) == 0 && ledger.shard_index(it.destination) == 0;
+      }
+    }
+  }
+  if (mode != RunMode::first_store_first) {
+    s = insert(ledger, sc.transfers, kOwner);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+  std::vector<SagaItem> all = mode == RunMode::first_store_first ? std::vector<SagaItem>{}
+                                                                 : items_for(ledger, sc.transfers);
+  if (mode == RunMode::one_by_one) {
     for (SagaItem& item : all) {
       std::vector<SagaItem> one{item};
       s = run_engine(ledger, kOwner, one, observer);
       ASSERT_TRUE(s.is_ok()) << s.message();
       ASSERT_TRUE(is_terminal(one[0].state)) << one[0].id;
     }
-  } else {
+  } else if (mode == RunMode::batch) {
     s = run_engine(ledger, kOwner, all, observer);
     ASSERT_TRUE(s.is_ok()) << s.message();
   }
@@ -827,21 +887,23 @@ void run_scenario(const Scenario& sc, const std::filesystem::path& folder, std::
 
 // Compares a batch run with a one-by-one run of the same seeded scenario,
 // seed by seed, naming the first transfer whose outcome differs.
-void compare_batch_with_one_by_one(const std::filesystem::path& dir, std::size_t stores, bool disjoint) {
+void compare_batch_with_one_by_one(const std::filesystem::path& dir, std::size_t stores, bool disjoint,
+                                   RunMode batch_mode = RunMode::batch, int spread = 0) {
   constexpr std::uint32_t kSeeds = 20;
   constexpr std::size_t kTransfers = 200;
   int differing_seeds = 0;
   std::set<Reason> reasons_seen;
+  SplitCounts split;
   for (std::uint32_t seed = 1; seed <= kSeeds; ++seed) {
-    const Scenario sc = random_scenario(seed, kTransfers, disjoint);
+    const Scenario sc = random_scenario(seed, kTransfers, disjoint, spread);
     std::map<std::string, Outcome> batch_out, single_out;
     std::map<std::string, std::int64_t> batch_bal, single_bal;
     std::vector<std::string> batch_post, single_post;
     const std::string tag = "seed" + std::to_string(seed);
     ASSERT_NO_FATAL_FAILURE(
-        run_scenario(sc, dir / (tag + "-batch"), stores, false, batch_out, batch_bal, batch_post));
+        run_scenario(sc, dir / (tag + "-batch"), stores, batch_mode, batch_out, batch_bal, batch_post, &split));
     ASSERT_NO_FATAL_FAILURE(
-        run_scenario(sc, dir / (tag + "-single"), stores, true, single_out, single_bal, single_post));
+        run_scenario(sc, dir / (tag + "-single"), stores, RunMode::one_by_one, single_out, single_bal, single_post));
     for (const auto& [id, o] : single_out) reasons_seen.insert(o.reason);
     std::size_t differing = 0;
     std::string first;
@@ -861,6 +923,13 @@ void compare_batch_with_one_by_one(const std::filesystem::path& dir, std::size_t
                       << " outcomes differ; first: " << first;
   }
   EXPECT_EQ(differing_seeds, 0) << "seeds whose batch run differs from the one-by-one run";
+  if (batch_mode == RunMode::first_store_first) {  // both parts ran, with transfers enough to tell
+    EXPECT_GT(split.kept, kSeeds * kTransfers / 20);
+    EXPECT_GT(split.moved, kSeeds * kTransfers / 2);
+    EXPECT_GT(split.waited, kSeeds * kTransfers / 20);
+    std::cout << "first store's transaction: " << split.kept << ", after it: " << split.moved << " ("
+              << split.waited << " of them waiting for an earlier transfer)\n";
+  }
   // The scenarios are not trivial: the outcome paths they are meant to mix occur.
   std::vector<Reason> wanted = {Reason::none, Reason::insufficient_funds, Reason::account_locked,
                                 Reason::currency_mismatch};
@@ -874,6 +943,67 @@ TEST_P(EngineTest, SeededBatchesEqualOneByOneRuns) {
 
 TEST_P(EngineTest, SeededBatchesEqualOneByOneRunsWhenSourcesAndDestinationsAreDisjoint) {
   compare_batch_with_one_by_one(dir_.path() / "disjoint", GetParam(), true);
+}
+
+// Several stores, as the worker runs a batch there: the transfers with both
+// accounts on the first store in its insert's transaction, the others after.
+TEST(FirstStoreFirst, SeededBatchesEqualOneByOneRuns) {
+  test::TempDir dir{"saga-engine-first-store"};
+  compare_batch_with_one_by_one(dir.path() / "random", 2, false, RunMode::first_store_first, 300);
+}
+
+// A transfer that could run in the first store's transaction waits for an
+// earlier one of the batch that shares its source but not its store: one by
+// one, the earlier takes the funds.
+TEST(FirstStoreFirst, ALaterTransferOnTheFirstStoreWaitsForAnEarlierOneSharingAnAccount) {
+  test::TempDir dir{"saga-engine-first-store"};
+  LedgerFiles lf;
+  ASSERT_TRUE(lf.open(dir.path(), 2).is_ok());
+  Ledger& ledger = *lf.ledger;
+  const std::string a = id_on_shard(ledger, "a", 0), b = id_on_shard(ledger, "b", 1),
+                    c = id_on_shard(ledger, "c", 0), d = id_on_shard(ledger, "d", 0),
+                    e = id_on_shard(ledger, "e", 0);
+  ASSERT_TRUE(create_accounts(ledger, {{a, 100}, {b, 0}, {c, 0}, {d, 50}, {e, 0}}).is_ok());
+  const std::vector<Req> reqs = {{"t-1", a, b, 100, ""}, {"t-2", a, c, 100, ""}, {"t-3", d, e, 50, ""}};
+  std::vector<SagaItem> kept, rest;
+  for (const Req& r : reqs) kept.push_back(fresh_item(r));
+  SagaEngine engine(ledger, {std::string(kOwner), kLeaseMs, 5}, nullptr);
+  engine.split_first_store(kept, rest);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].id, "t-3");
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0].id, "t-1");
+  EXPECT_EQ(rest[1].id, "t-2");
+
+  ASSERT_TRUE(ledger.transfers().begin_scope().is_ok());
+  ASSERT_TRUE(insert(ledger, reqs, kOwner).is_ok());
+  ASSERT_TRUE(engine.run_in_scope(kept).is_ok());
+  ASSERT_TRUE(ledger.transfers().end_scope(true).is_ok());
+  EXPECT_EQ(kept[0].state, S::done);
+  for (const std::string id : {"t-1", "t-2"}) EXPECT_EQ(load(ledger, id)->state, S::initial) << id;
+  for (SagaItem& it : rest) it.fresh = false;
+  ASSERT_TRUE(engine.run(rest).is_ok());
+  EXPECT_EQ(load(ledger, "t-1")->state, S::done);
+  EXPECT_EQ(load(ledger, "t-2")->state, S::canceled);
+  EXPECT_EQ(load(ledger, "t-2")->reason, Reason::insufficient_funds);
+  EXPECT_EQ(balance(ledger, b), 100);
+  EXPECT_EQ(balance(ledger, e), 50);
+  EXPECT_TRUE(audit_passes(ledger));
+}
+
+TEST(FirstStoreFirst, ATransferWithAnAccountElsewhereIsRefusedInTheFirstStoresTransaction) {
+  test::TempDir dir{"saga-engine-first-store"};
+  LedgerFiles lf;
+  ASSERT_TRUE(lf.open(dir.path(), 2).is_ok());
+  Ledger& ledger = *lf.ledger;
+  const std::vector<Req> reqs = {{"t-1", id_on_shard(ledger, "a", 0), id_on_shard(ledger, "b", 1), 1, ""}};
+  std::vector<SagaItem> items = {fresh_item(reqs[0])};
+  SagaEngine engine(ledger, {std::string(kOwner), kLeaseMs, 5}, nullptr);
+  ASSERT_TRUE(ledger.transfers().begin_scope().is_ok());
+  const Status s = engine.run_in_scope(items);
+  ASSERT_TRUE(ledger.transfers().end_scope(false).is_ok());
+  EXPECT_EQ(s.kind(), ErrorKind::fatal);
+  EXPECT_NE(s.message().find("t-1 has an account on another store"), std::string::npos) << s.message();
 }
 
 // The smallest cases behind a difference: a debit in a batch must see the

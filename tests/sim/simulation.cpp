@@ -417,9 +417,9 @@ constexpr std::size_t kGhostAccounts = 3;
 std::string ghost_id(std::size_t k) { return "ghost-" + std::to_string(k); }
 
 void World::draw_config() {
-  const std::size_t mode = rng_.below(3);
-  shards_ = mode == 2 ? 2 : 1;
-  scopes_ = mode == 0;
+  const std::size_t mode = rng_.below(4);
+  shards_ = mode >= 2 ? 2 : 1;
+  scopes_ = mode == 0 || mode == 3;
   worker_count_ = 2 + rng_.below(3);
   const std::int64_t leases[] = {2'000, 5'000, 30'000};
   lease_ms_ = leases[rng_.below(3)];
@@ -431,7 +431,7 @@ void World::draw_config() {
   steps_ = 200 + rng_.below(500);
   retry_call_budget_ = rng_.per_mille(300) ? 1 : 0;  // each costs the engine a real 10 ms backoff
   const char* modes[] = {"one store with scopes (SQLite-like)", "one store without scopes (PostgreSQL-like)",
-                         "two shards"};
+                         "two shards", "two shards with scopes (the first store's part of a batch in one transaction)"};
   std::ostringstream c;
   c << modes[mode] << ", " << worker_count_ << " workers, lease " << lease_ms_ << "ms, batch "
     << batch_size_ << ", recovery every " << recovery_interval_.count() << "ms, faults on " << static_cast<double>(fault_rate_) / 100.0 << "% of store calls, " << steps_ << " steps";

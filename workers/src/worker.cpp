@@ -240,14 +240,23 @@ void start_item(SagaItem& it, const NewTransfer& t, bool fresh) {
 
 Status Worker::write_batch() {
   // One store: delivered-outcome flags, the inserts and every stage of the
-  // batch commit together (per lane, with lanes). Several stores: each step
-  // commits on its own.
+  // batch commit together (per lane, with lanes). Several stores: the flags,
+  // the inserts and the transfers with both accounts on the first store
+  // commit together there, and the others run after, each stage committing
+  // on its own. Without scopes (MongoDB) each step commits on its own.
   Store& transfers = ledger_.transfers();
-  const bool scoped = ledger_.shard_count() == 1 && transfers.supports_scope();
   inserted_.resize(new_.size());
-  if (scoped) {
+  if (transfers.supports_scope() && ledger_.shard_count() == 1) {
     if (!lanes_.empty()) return write_lanes();
     return write_part(ledger_, engine_, new_, inserted_, items_, true);
+  }
+  if (transfers.supports_scope()) {
+    if (Status s = write_part(ledger_, engine_, new_, inserted_, items_, true); !s) return s;
+    for (SagaItem& it : rest_) it.fresh = false;  // committed, as `initial`
+    Status s = engine_.run(rest_);  // transient errors leave items to recovery
+    items_.insert(items_.end(), std::make_move_iterator(rest_.begin()), std::make_move_iterator(rest_.end()));
+    rest_.clear();
+    return s;
   }
   items_.clear();
   if (!new_.empty()) {
@@ -286,6 +295,7 @@ Status Worker::write_part(Ledger& ledger, SagaEngine& engine, std::span<const Ne
   for (std::size_t i = 0; i < requests.size(); ++i) {
     if (inserted[i] == InsertResult::inserted) start_item(items.emplace_back(), requests[i], true);
   }
+  if (ledger.shard_count() > 1) engine.split_first_store(items, rest_);  // rest_: run after the commit
   if (Status s = engine.run_in_scope(items); !s) return fail(s);
   if (Status s = transfers.end_scope(true); !s) return fail(s);
   return Status::ok();

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "sagapool/domain.hpp"
@@ -88,11 +89,20 @@ class SagaEngine {
   // errors drop the affected items, which recovery picks up after their lease.
   Status run(std::vector<SagaItem>& items);
 
-  // The same, inside a scope the caller opened on the only store (see
+  // The same, inside a scope the caller opened on the only store, or on the
+  // first of several for the items split_first_store kept (see
   // Store::begin_scope), so the caller can add its own writes to the same
   // transaction. Any failed store call fails the whole run: the caller must
   // then end_scope(false) and treat every item as not run.
   Status run_in_scope(std::vector<SagaItem>& items);
+
+  // Several stores, before run_in_scope in a scope the caller opened on the
+  // first (holding the batch's inserts): moves to `rest`, in batch order,
+  // every item with an account on another store, and every later item that
+  // shares an account with one moved. What stays runs whole in that
+  // transaction; `rest` runs after its commit, stage by stage (run). Each
+  // account still sees the batch's transfers in batch order.
+  void split_first_store(std::vector<SagaItem>& items, std::vector<SagaItem>& rest);
 
  private:
   struct ShardBatch;
@@ -161,6 +171,8 @@ class SagaEngine {
   std::unordered_map<std::string_view, AccountSnap> accounts_;
   std::vector<std::vector<std::string_view>> snapshot_ids_;  // per shard
   std::vector<std::optional<Account>> snapshot_;
+  std::unordered_set<std::string_view> held_;  // split_first_store: accounts of items moved
+  std::vector<std::uint8_t> stays_;
   std::vector<SettleRequest> settle_batch_;
   std::vector<SettleResult> settle_results_;
   NullObserver null_observer_;

@@ -131,7 +131,9 @@ class Worker final : private DeliveryListener {
   Status ingest_batch(const std::atomic<bool>& stop);
   Status write_batch();  // inserts and runs the batch; one transaction on one store
   // Inserts `requests` and runs them in one scope (transaction) of `ledger`,
-  // with the delivered-outcome flags when `with_notified`.
+  // with the delivered-outcome flags when `with_notified`. On several stores
+  // it runs only those whose accounts are all on the first, and leaves the
+  // others in rest_ (SagaEngine::split_first_store).
   Status write_part(Ledger& ledger, SagaEngine& engine, std::span<const NewTransfer> requests,
                     std::vector<InsertResult>& inserted, std::vector<SagaItem>& items,
                     bool with_notified);
@@ -173,6 +175,7 @@ class Worker final : private DeliveryListener {
   std::vector<std::size_t> new_message_;  // new_[i] came from batch_[new_message_[i]]
   std::vector<InsertResult> inserted_;
   std::vector<SagaItem> items_;
+  std::vector<SagaItem> rest_;  // several stores: the items that run after the insert's commit
   std::vector<TransferDoc> claimed_;
   std::vector<std::unique_ptr<Ledger>> lane_ledgers_;
   std::vector<Lane> lanes_;  // empty: one transaction per batch
