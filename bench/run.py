@@ -24,7 +24,7 @@ Each sagapool run moves N transfers: --transfers N, else as many as a
 calibration run says the store finishes in about 75 s (20,000..1,000,000):
 the targets ask for sustained runs, 60 s or 1,000,000 transfers at least.
 A real Prometheus scrapes every worker once a second throughout.
-The bench keeps to a budget of 70 minutes (SAGA_BENCH_BUDGET_S=4200): once a
+The bench keeps to a budget of 90 minutes (SAGA_BENCH_BUDGET_S=5400): once a
 phase is past its share, its remaining repetitions are skipped, and the
 report says so.
 Usage: bench/run.py BIN_DIR [--quick] [--reps N] [--transfers N] [--workers N]
