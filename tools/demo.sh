@@ -76,8 +76,8 @@ LIB_NAME=demo
 # shellcheck source=tools/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# Statements the workers ran on each shard (each one round trip, one
-# transaction), per batch of requests, by stage.
+# Statements the workers ran on each shard (each one round trip), per batch
+# of requests, by stage.
 pg_round_trips() {
   local batches requests n line total=0 lines=()
   batches=$(metric_sum saga_batch_size_count)
@@ -92,6 +92,7 @@ pg_round_trips() {
         (3, 'plan', 'SELECT % FROM saga_accounts WHERE id = ANY (%'),
         (3, 'plan', 'SELECT % FROM saga_load_accounts_locked(%'),
         (4, 'legs', 'SELECT % FROM saga_apply_legs(%'),
+        (4, 'settle', 'SELECT % FROM saga_settle_batch(%'),
         (5, 'notified', 'UPDATE saga_transfers SET notified%')),
       calls AS (SELECT ord, op, sum(s.calls) AS n FROM ops JOIN pg_stat_statements s
         ON s.query LIKE ops.pattern
@@ -103,7 +104,7 @@ pg_round_trips() {
     total=$(awk -v a="$total" -v b="${line%% *}" 'BEGIN {printf "%.2f", a + b}')
     lines+=("      shard $n: ${line%% *} (${line#* })")
   done
-  echo "    store round trips:   $total per batch of requests ($batches batches of $((requests / batches)) on average; one statement and one transaction each)"
+  echo "    store round trips:   $total per batch of requests ($batches batches of $((requests / batches)) on average; one statement each)"
   printf '%s\n' "${lines[@]}"
   echo "      recovery polls:  $(SQL "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE 'SELECT % FROM saga_claim_expired(%'") claim_expired calls in all (each worker, every recovery interval)"
 }
