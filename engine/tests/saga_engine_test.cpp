@@ -854,23 +854,21 @@ void run_scenario(const Scenario& sc, const std::filesystem::path& folder, std::
         split->waited += ledger.shard_index(it.source) == 0 && ledger.shard_index(it.destination) == 0;
       }
     }
-  }
-  if (mode != RunMode::first_store_first) {
+  } else {
     s = insert(ledger, sc.transfers, kOwner);
     ASSERT_TRUE(s.is_ok()) << s.message();
-  }
-  std::vector<SagaItem> all = mode == RunMode::first_store_first ? std::vector<SagaItem>{}
-                                                                 : items_for(ledger, sc.transfers);
-  if (mode == RunMode::one_by_one) {
-    for (SagaItem& item : all) {
-      std::vector<SagaItem> one{item};
-      s = run_engine(ledger, kOwner, one, observer);
+    std::vector<SagaItem> all = items_for(ledger, sc.transfers);
+    if (mode == RunMode::one_by_one) {
+      for (SagaItem& item : all) {
+        std::vector<SagaItem> one{item};
+        s = run_engine(ledger, kOwner, one, observer);
+        ASSERT_TRUE(s.is_ok()) << s.message();
+        ASSERT_TRUE(is_terminal(one[0].state)) << one[0].id;
+      }
+    } else {
+      s = run_engine(ledger, kOwner, all, observer);
       ASSERT_TRUE(s.is_ok()) << s.message();
-      ASSERT_TRUE(is_terminal(one[0].state)) << one[0].id;
     }
-  } else if (mode == RunMode::batch) {
-    s = run_engine(ledger, kOwner, all, observer);
-    ASSERT_TRUE(s.is_ok()) << s.message();
   }
   for (const Req& r : sc.transfers) {
     const std::optional<TransferDoc> d = load(ledger, r.id);
