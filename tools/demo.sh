@@ -93,7 +93,8 @@ pg_round_trips() {
         (3, 'plan', 'SELECT % FROM saga_load_accounts_locked(%'),
         (4, 'legs', 'SELECT % FROM saga_apply_legs(%'),
         (4, 'settle', 'SELECT % FROM saga_settle_batch(%'),
-        (5, 'notified', 'UPDATE saga_transfers SET notified%')),
+        (5, 'prepare', 'PREPARE TRANSACTION%'),
+        (6, 'commit prepared', 'COMMIT PREPARED%')),
       calls AS (SELECT ord, op, sum(s.calls) AS n FROM ops JOIN pg_stat_statements s
         ON s.query LIKE ops.pattern
         AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -118,8 +119,9 @@ if [ "$POSTGRES" = 1 ]; then
   say "0/6 starting $SHARDS throwaway PostgreSQL server(s), one per shard of the ledger"
   pg_init_tools
   # fsync off: a throwaway server (a killed server still keeps every commit;
-  # only a machine crash could lose them).
-  PG_SERVER_OPTS="-c fsync=off -c full_page_writes=off -c max_connections=60 -c shared_buffers=128MB $PG_STATS"
+  # only a machine crash could lose them). Prepared transactions: batches
+  # across shards commit in two phases, one per connection at most.
+  PG_SERVER_OPTS="-c fsync=off -c full_page_writes=off -c max_connections=60 -c max_prepared_transactions=100 -c shared_buffers=128MB $PG_STATS"
   PG_URLS=()
   for n in $(seq "$SHARDS"); do
     pg_start "pg-$n"

@@ -60,7 +60,10 @@ class Bench:
         # no pg_stat_statements: measure the server as deployed
         # Every autovacuum in the server log: a kept folder (--keep) shows
         # which run met one (REPORT.md, "The slow runs").
-        server_opts = ["-c max_connections=200", "-c log_autovacuum_min_duration=0"]
+        # Prepared transactions: batches across the two shards commit in two
+        # phases (one per connection at most).
+        server_opts = ["-c max_connections=200", "-c max_prepared_transactions=200",
+                       "-c log_autovacuum_min_duration=0"]
         self.pg = Postgres(self.work, "pg", server_opts)
         self.pg2 = Postgres(self.work, "pg2", server_opts)
         for server in (self.pg, self.pg2):

@@ -25,11 +25,14 @@ namespace {
 
 // The saga engine's points name its stages (the `stage` label of
 // saga_stage_duration_seconds); the worker's name its ingest boundaries.
-constexpr std::array<std::string_view, 24> kNames = {
+constexpr std::array<std::string_view, 28> kNames = {
     "after_insert",                           // worker: the batch's transfers inserted
     "before_claim",      "after_claim",       // initial -> pending
     "before_plan",       "after_plan",        // the batch's account snapshot
     "before_settle",     "after_settle",      // whole sagas of fresh transfers (one store)
+    "before_walk",       "after_walk",        // ... across stores: one store's share written
+    "after_prepare",                          // every other store prepared, the first not committed
+    "after_commit_point",                     // the first store committed, the others still prepared
     "before_debit",      "after_debit",       // debit legs
     "before_credit",     "after_credit",      // credit legs
     "before_apply",      "after_apply",       // pending -> applied | canceling

@@ -58,6 +58,7 @@ SagaEngine::SagaEngine(Ledger& ledger, Options options, SagaObserver* observer)
     : ledger_(ledger), options_(std::move(options)), observer_(observer) {
   if (observer_ == nullptr) observer_ = &null_observer_;
   shards_.resize(ledger_.shard_count());
+  walk_.resize(ledger_.shard_count());
   followups_.resize(ledger_.shard_count());
   snapshot_ids_.resize(ledger_.shard_count());
 }
@@ -124,6 +125,22 @@ Status SagaEngine::run_in_scope(std::vector<SagaItem>& items) {
   scoped_ = false;
   if (s && store_failed_) {
     s = Status::retry_stage("a store call failed inside the batch transaction");
+  }
+  return s;
+}
+
+Status SagaEngine::run_across(std::vector<SagaItem>& items) {
+  for (const SagaItem& it : items) {
+    if (!it.fresh) return Status::fatal("engine: transfer " + it.id + " was not inserted in this batch's transaction");
+  }
+  across_ = true;
+  scoped_ = true;
+  store_failed_ = false;
+  Status s = run_rounds(items);
+  scoped_ = false;
+  across_ = false;
+  if (s && store_failed_) {
+    s = Status::retry_stage("a store call failed inside the batch's transactions");
   }
   return s;
 }
@@ -237,7 +254,7 @@ Status SagaEngine::step_legs(std::vector<SagaItem>& items) {
   }
   // Transfers inserted in this transaction can run whole in one call, in
   // batch order, where the store offers it: no plan, no waves.
-  if (scoped_ && !pending_.empty() && ledger_.shard(0).supports_settle_sagas() &&
+  if (scoped_ && !pending_.empty() && (across_ || ledger_.shard(0).supports_settle_sagas()) &&
       std::all_of(pending_.begin(), pending_.end(), [&](std::size_t i) { return items[i].fresh; })) {
     return settle_pending(items);
   }
@@ -268,7 +285,7 @@ Status SagaEngine::settle_pending(std::vector<SagaItem>& items) {
   }
   settle_results_.resize(settle_batch_.size());
   const auto started = Clock::now();
-  Status st = with_retries("settle", [&] {
+  Status st = across_ ? walk_across(items) : with_retries("settle", [&] {
     if (Status fp = SAGA_FAILPOINT("before_settle"); !fp) return fp;
     Status r = ledger_.shard(0).settle_sagas(settle_batch_, settle_results_);
     if (!r) return r;
@@ -299,6 +316,95 @@ Status SagaEngine::settle_pending(std::vector<SagaItem>& items) {
   }
   pending_.clear();
   return write_transitions(items, "apply");
+}
+
+// saga_settle_batch's walk (store/postgres/sql/functions.sql), over accounts
+// locked on every store: the same checks in the same order, so a batch
+// across stores ends as it would one transfer at a time on one store. The
+// debit reserves its amount until its saga ends, as its pending entry
+// would, so reservations end where they began and only balances move.
+Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
+  if (Status s = load_snapshot(items); !s) return s;
+  if (pending_.empty()) return Status::retry_stage("the accounts could not be read");  // dropped by load_snapshot
+  for (auto& [id, a] : accounts_) {
+    a.write_balance = a.balance;
+    a.write_reserved = a.reserved;
+  }
+  for (WalkWrites& w : walk_) {
+    w.postings.clear();
+    w.voids.clear();
+    w.balances.clear();
+  }
+  constexpr WideAmount kMax = INT64_MAX;
+  for (std::size_t k = 0; k < settle_batch_.size(); ++k) {
+    const SettleRequest& r = settle_batch_[k];
+    SettleResult& out = settle_results_[k];
+    out = SettleResult{};
+    AccountSnap& src = accounts_[r.source];
+    AccountSnap& dst = accounts_[r.destination];
+    WalkWrites& at_src = walk_[ledger_.shard_index(r.source)];
+    WalkWrites& at_dst = walk_[ledger_.shard_index(r.destination)];
+    Reason reason = Reason::none;
+    if (!src.exists) {
+      reason = Reason::unknown_account;
+    } else if (src.locked) {
+      reason = Reason::account_locked;
+    } else if (!r.currency.empty() && !src.currency.empty() && src.currency != r.currency) {
+      reason = Reason::currency_mismatch;
+    } else if (static_cast<WideAmount>(src.write_balance) - r.amount < src.min_balance) {
+      reason = Reason::insufficient_funds;
+    } else if (src.write_reserved + r.amount > kMax) {
+      reason = Reason::overflow;
+    }
+    if (reason != Reason::none) {  // compensation voids the credit, then the debit that never posted
+      out.reason = reason;
+      at_dst.voids.push_back({r.transfer_id, r.destination, true});
+      at_src.voids.push_back({r.transfer_id, r.source, false});
+      continue;
+    }
+    out.account_currency = src.currency;
+    const std::string_view currency = r.currency.empty() ? std::string_view(src.currency) : r.currency;
+    at_src.postings.push_back({r.transfer_id, r.source, PostingKind::debit, r.amount});
+    src.write_balance -= r.amount;
+    src.write_reserved += r.amount;  // held for its reversal until the end of its saga
+    if (!dst.exists) {  // the credit, seeing the debit (the same account twice included)
+      reason = Reason::unknown_account;
+    } else if (dst.locked) {
+      reason = Reason::account_locked;
+    } else if (!currency.empty() && !dst.currency.empty() && dst.currency != currency) {
+      reason = Reason::currency_mismatch;
+    } else if (static_cast<WideAmount>(dst.write_balance) + dst.write_reserved + r.amount > kMax) {
+      reason = Reason::overflow;
+    }
+    if (reason == Reason::none) {
+      at_dst.postings.push_back({r.transfer_id, r.destination, PostingKind::credit, r.amount});
+      dst.write_balance += r.amount;
+      out.outcome = TransferState::done;
+    } else {  // the credit voided, the debit reversed
+      out.reason = reason;
+      at_dst.voids.push_back({r.transfer_id, r.destination, true});
+      at_src.postings.push_back({r.transfer_id, r.source, PostingKind::reverse_debit, r.amount});
+      src.write_balance += r.amount;
+    }
+    src.write_reserved -= r.amount;  // released, or given back by the reversal
+  }
+  for (const auto& [id, a] : accounts_) {
+    if (a.exists && a.write_balance != a.balance) {
+      walk_[ledger_.shard_index(id)].balances.push_back({id, a.balance, a.write_balance});
+    }
+  }
+  for (std::size_t s = 0; s < walk_.size(); ++s) {
+    const WalkWrites& w = walk_[s];
+    if (w.postings.empty() && w.voids.empty() && w.balances.empty()) continue;
+    Status st = with_retries("walk", [&] {
+      if (Status fp = SAGA_FAILPOINT("before_walk"); !fp) return fp;
+      Status r = ledger_.shard(s).write_walk(w.postings, w.voids, w.balances);
+      if (!r) return r;
+      return SAGA_FAILPOINT("after_walk");
+    });
+    if (!st) return st;
+  }
+  return Status::ok();
 }
 
 Status SagaEngine::load_snapshot(std::vector<SagaItem>& items) {

@@ -28,8 +28,10 @@
 #include "sagapool/audit.hpp"
 #include "sagapool/fault_store.hpp"
 #include "sagapool/ledger.hpp"
+#include "sagapool/memory_store.hpp"
 #include "sagapool/operator_actions.hpp"
 #include "sagapool/saga_engine.hpp"
+#include "sagapool/two_phase.hpp"
 
 namespace sagapool {
 namespace {
@@ -796,7 +798,26 @@ enum class RunMode {
   // inserted in a transaction on the first store, which runs what
   // split_first_store keeps, and the rest after its commit.
   first_store_first,
+  // As the worker runs a batch on several stores that can prepare
+  // (Worker::write_across): one transaction on each store (memory stores
+  // here), every transfer walked whole, committed by TwoPhaseBatch.
+  across,
 };
+
+// A ledger of memory stores whose scopes can be prepared.
+std::unique_ptr<Ledger> preparing_ledger(std::size_t stores) {
+  auto clock = std::make_shared<sim::WallClock>();
+  std::vector<std::unique_ptr<Store>> v;
+  for (std::size_t i = 0; i < stores; ++i) {
+    sim::MemoryOptions o;
+    o.name = "store" + std::to_string(i);
+    o.prepare = true;
+    v.push_back(sim::connect(sim::make_memory_db(clock, o)));
+  }
+  std::unique_ptr<Ledger> ledger = Ledger::from_stores(std::move(v));
+  EXPECT_TRUE(ledger->init().is_ok());
+  return ledger;
+}
 
 // The saga of a request inserted in the current scope, as the worker starts it.
 SagaItem fresh_item(const Req& r) {
@@ -823,18 +844,36 @@ struct SplitCounts {
 
 // Runs `sc` on a fresh ledger in `folder` as `mode` says. Fills outcomes,
 // balances and postings, and adds to `split`.
+// On memory stores when `in_memory` (always for `across`), else on SQLite files.
 void run_scenario(const Scenario& sc, const std::filesystem::path& folder, std::size_t stores,
                   RunMode mode, std::map<std::string, Outcome>& outcomes,
                   std::map<std::string, std::int64_t>& final_balances, std::vector<std::string>& postings,
-                  SplitCounts* split = nullptr) {
+                  SplitCounts* split = nullptr, bool in_memory = false) {
   LedgerFiles lf;
-  Status s = lf.open(folder, stores);
+  std::unique_ptr<Ledger> memory;
+  Status s = Status::ok();
+  if (in_memory || mode == RunMode::across) {
+    memory = preparing_ledger(stores);
+  } else {
+    s = lf.open(folder, stores);
+  }
   ASSERT_TRUE(s.is_ok()) << s.message();
-  Ledger& ledger = *lf.ledger;
+  Ledger& ledger = memory ? *memory : *lf.ledger;
   s = create_accounts(ledger, sc.accounts);
   ASSERT_TRUE(s.is_ok()) << s.message();
   RecordingObserver observer;
-  if (mode == RunMode::first_store_first) {
+  if (mode == RunMode::across) {
+    SagaEngine engine(ledger, {std::string(kOwner), kLeaseMs, 5}, &observer);
+    TwoPhaseBatch batch(ledger, kOwner);
+    std::vector<SagaItem> all;
+    for (const Req& r : sc.transfers) all.push_back(fresh_item(r));
+    s = batch.begin();
+    if (s) s = insert(ledger, sc.transfers, kOwner);
+    if (s) s = engine.run_across(all);
+    if (s) s = batch.commit();
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    for (const SagaItem& it : all) ASSERT_TRUE(is_terminal(it.state)) << it.id;
+  } else if (mode == RunMode::first_store_first) {
     SagaEngine engine(ledger, {std::string(kOwner), kLeaseMs, 5}, &observer);
     std::vector<SagaItem> kept, rest;
     for (const Req& r : sc.transfers) kept.push_back(fresh_item(r));
@@ -900,8 +939,9 @@ void compare_batch_with_one_by_one(const std::filesystem::path& dir, std::size_t
     const std::string tag = "seed" + std::to_string(seed);
     ASSERT_NO_FATAL_FAILURE(
         run_scenario(sc, dir / (tag + "-batch"), stores, batch_mode, batch_out, batch_bal, batch_post, &split));
-    ASSERT_NO_FATAL_FAILURE(
-        run_scenario(sc, dir / (tag + "-single"), stores, RunMode::one_by_one, single_out, single_bal, single_post));
+    // `across` runs on memory stores, and so does its reference.
+    ASSERT_NO_FATAL_FAILURE(run_scenario(sc, dir / (tag + "-single"), stores, RunMode::one_by_one, single_out,
+                                         single_bal, single_post, nullptr, batch_mode == RunMode::across));
     for (const auto& [id, o] : single_out) reasons_seen.insert(o.reason);
     std::size_t differing = 0;
     std::string first;
@@ -948,6 +988,109 @@ TEST_P(EngineTest, SeededBatchesEqualOneByOneRunsWhenSourcesAndDestinationsAreDi
 TEST(FirstStoreFirst, SeededBatchesEqualOneByOneRuns) {
   test::TempDir dir{"saga-engine-first-store"};
   compare_batch_with_one_by_one(dir.path() / "random", 2, false, RunMode::first_store_first, 300);
+}
+
+// Several stores that can prepare, as the worker runs a batch there: every
+// transfer walked whole in one transaction on each store.
+TEST(AcrossStores, SeededBatchesEqualOneByOneRuns) {
+  test::TempDir dir{"saga-engine-across"};
+  compare_batch_with_one_by_one(dir.path() / "random", 2, false, RunMode::across, 300);
+}
+
+TEST(AcrossStores, SeededBatchesEqualOneByOneRunsOnThreeStoresWithHotAccounts) {
+  test::TempDir dir{"saga-engine-across"};
+  compare_batch_with_one_by_one(dir.path() / "random", 3, false, RunMode::across);
+  compare_batch_with_one_by_one(dir.path() / "disjoint", 3, true, RunMode::across);
+}
+
+// A transaction across stores: nothing of it is visible before the first
+// store's commit, and the other stores hold it prepared until finished.
+TEST(AcrossStores, AFailedPrepareRollsEveryStoreBack) {
+  std::unique_ptr<Ledger> ledger = preparing_ledger(2);
+  const std::string a = id_on_shard(*ledger, "a", 0), b = id_on_shard(*ledger, "b", 1);
+  ASSERT_TRUE(create_accounts(*ledger, {{a, 100}, {b, 0}}).is_ok());
+  const std::vector<Req> reqs = {{"t-1", a, b, 60, ""}};
+  std::vector<SagaItem> items = {fresh_item(reqs[0])};
+  SagaEngine engine(*ledger, {std::string(kOwner), kLeaseMs, 5}, nullptr);
+  TwoPhaseBatch batch(*ledger, kOwner);
+  ASSERT_TRUE(batch.begin().is_ok());
+  ASSERT_TRUE(insert(*ledger, reqs, kOwner).is_ok());
+  ASSERT_TRUE(engine.run_across(items).is_ok());
+  EXPECT_EQ(items[0].state, S::done);
+  // The second store's scope is gone (a lost connection): its prepare fails.
+  ASSERT_TRUE(ledger->shard(1).end_scope(false).is_ok());
+  EXPECT_FALSE(batch.commit().is_ok());
+  EXPECT_FALSE(load(*ledger, "t-1").has_value());
+  EXPECT_EQ(balance(*ledger, a), 100);
+  EXPECT_EQ(balance(*ledger, b), 0);
+  EXPECT_TRUE(posting_rows(*ledger).empty());
+  std::vector<std::string> decided;
+  ASSERT_TRUE(ledger->transfers().list_decisions(0, 10, decided).is_ok());
+  EXPECT_TRUE(decided.empty());
+}
+
+// A worker that dies between prepare and commit, or between commit and
+// finish, leaves the second store prepared (its lock held): resolve_prepared
+// rolls the first back and finishes the second.
+TEST(AcrossStores, ResolvePreparedFinishesWhatAWorkerLeftAsTheDecisionSays) {
+  for (const bool committed : {false, true}) {
+    std::unique_ptr<Ledger> ledger = preparing_ledger(2);
+    const std::string a = id_on_shard(*ledger, "a", 0), b = id_on_shard(*ledger, "b", 1);
+    ASSERT_TRUE(create_accounts(*ledger, {{a, 100}, {b, 0}}).is_ok());
+    const std::vector<Req> reqs = {{"t-1", a, b, 60, ""}};
+    std::vector<SagaItem> items = {fresh_item(reqs[0])};
+    SagaEngine engine(*ledger, {std::string(kOwner), kLeaseMs, 5}, nullptr);
+    TwoPhaseBatch batch(*ledger, kOwner);
+    ASSERT_TRUE(batch.begin().is_ok());
+    ASSERT_TRUE(insert(*ledger, reqs, kOwner).is_ok());
+    ASSERT_TRUE(engine.run_across(items).is_ok());
+    // What TwoPhaseBatch::commit does, stopped where a crash would stop it.
+    std::vector<std::string> prepared;
+    ASSERT_TRUE(ledger->shard(1).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
+    ASSERT_TRUE(prepared.empty());
+    std::vector<std::string> decided;
+    ASSERT_TRUE(ledger->transfers().list_decisions(0, 10, decided).is_ok());
+    ASSERT_EQ(decided.size(), 1u);
+    const std::string gid = decided[0];
+    ASSERT_TRUE(ledger->shard(1).prepare_scope(gid).is_ok());
+    ASSERT_TRUE(ledger->transfers().end_scope(committed).is_ok());
+    ASSERT_TRUE(ledger->shard(1).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
+    ASSERT_EQ(prepared, std::vector<std::string>{gid});
+    // While prepared the second store is locked, as its rows would be.
+    std::optional<Account> locked;
+    EXPECT_EQ(ledger->shard(1).load_account(b, locked).kind(), ErrorKind::retry_call);
+    ResolveCounts counts;
+    ASSERT_TRUE(resolve_prepared(*ledger, 0, counts).is_ok());
+    EXPECT_EQ(counts.committed, committed ? 1u : 0u);
+    EXPECT_EQ(counts.rolled_back, committed ? 0u : 1u);
+    EXPECT_EQ(counts.forgotten, 1u);  // the decision, once nothing is prepared under it
+    ASSERT_TRUE(ledger->shard(1).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
+    EXPECT_TRUE(prepared.empty());
+    ASSERT_TRUE(ledger->transfers().list_decisions(0, 10, decided).is_ok());
+    EXPECT_TRUE(decided.empty());
+    EXPECT_EQ(load(*ledger, "t-1").has_value(), committed);
+    EXPECT_EQ(balance(*ledger, a), committed ? 40 : 100);
+    EXPECT_EQ(balance(*ledger, b), committed ? 60 : 0);
+    EXPECT_TRUE(audit_passes(*ledger));
+  }
+}
+
+// A decision that never committed is recorded as an abort by whoever asks
+// first, so the batch's first store can never commit it afterwards.
+TEST(AcrossStores, AnUndecidedBatchCanNoLongerCommitOnceDecided) {
+  std::unique_ptr<Ledger> ledger = preparing_ledger(2);
+  Store& first = ledger->transfers();
+  bool committed = true;
+  ASSERT_TRUE(first.decide("saga:x:1", committed).is_ok());
+  EXPECT_FALSE(committed);
+  ASSERT_TRUE(first.begin_scope().is_ok());
+  EXPECT_FALSE(first.record_decision("saga:x:1").is_ok());
+  ASSERT_TRUE(first.end_scope(false).is_ok());
+  ASSERT_TRUE(first.begin_scope().is_ok());
+  ASSERT_TRUE(first.record_decision("saga:x:2").is_ok());
+  ASSERT_TRUE(first.end_scope(true).is_ok());
+  ASSERT_TRUE(first.decide("saga:x:2", committed).is_ok());
+  EXPECT_TRUE(committed);
 }
 
 // A transfer that could run in the first store's transaction waits for an

@@ -219,8 +219,8 @@ TEST(PgStore, SchemaIsVersionedAndConcurrentInitsAreSerialised) {
   EXPECT_EQ(psql_value(server, db,
                        "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM "
                        "information_schema.tables WHERE table_name LIKE 'saga\\_%'"),
-            "saga_accounts,saga_leg_voids,saga_meta,saga_outbox,saga_owners_seen,saga_pending,"
-            "saga_postings,saga_transfers,saga_workers");
+            "saga_accounts,saga_decisions,saga_leg_voids,saga_meta,saga_outbox,saga_owners_seen,"
+            "saga_pending,saga_postings,saga_transfers,saga_workers");
 
   // A schema newer than this build is refused, not downgraded.
   EXPECT_EQ(server.psql(db, "UPDATE saga_meta SET schema_version = 99").exit_code, 0);

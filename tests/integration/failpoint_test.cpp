@@ -16,9 +16,11 @@
 
 #include "ferret_server.hpp"
 #include "kafka_client.hpp"
+#include "pg_server.hpp"
 #include "process.hpp"
 #include "sagapool/audit.hpp"
 #include "sagapool/ledger.hpp"
+#include "sagapool/two_phase.hpp"
 
 namespace sagapool::test {
 namespace {
@@ -34,7 +36,9 @@ std::string request(const std::string& id, const std::string& from, const std::s
          std::to_string(amount) + "}";
 }
 
-enum class StoreKind { sqlite, mongodb };
+// postgres: one server, a database per store; on several, a batch runs in
+// one transaction on each, committed by two-phase commit (TwoPhaseBatch).
+enum class StoreKind { sqlite, mongodb, postgres };
 
 class FailpointTest : public ::testing::Test {
  protected:
@@ -42,11 +46,13 @@ class FailpointTest : public ::testing::Test {
     broker_ = std::make_unique<Broker>(Broker::kafka(dir_, 2));
     kind_ = kind;
     if (kind == StoreKind::mongodb) ferret_ = std::make_unique<FerretServer>();
+    if (kind == StoreKind::postgres) pg_ = std::make_unique<PgServer>();
     for (std::size_t i = 0; i < stores; ++i) {
       const std::string name = "ledger" + std::to_string(i);
       store_args_.push_back("--store");
-      store_args_.push_back(kind == StoreKind::mongodb ? ferret_->url(name)
-                                                       : "sqlite:" + (dir_ / (name + ".db")).string());
+      store_args_.push_back(kind == StoreKind::mongodb    ? ferret_->url(name)
+                            : kind == StoreKind::postgres ? pg_->create_database(name)
+                                                          : "sqlite:" + (dir_ / (name + ".db")).string());
       urls_.push_back(store_args_.back());
     }
     ASSERT_TRUE(Ledger::open(urls_, ledger_).is_ok());
@@ -163,6 +169,12 @@ class FailpointTest : public ::testing::Test {
     AuditReport report;
     ASSERT_TRUE(run_audit(*ledger_, {}, report).is_ok());
     EXPECT_TRUE(report.ok()) << report.to_text();
+    // No batch across stores left prepared (its rows locked).
+    for (std::size_t i = 0; i < ledger_->shard_count(); ++i) {
+      std::vector<std::string> prepared;
+      ASSERT_TRUE(ledger_->shard(i).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
+      EXPECT_TRUE(prepared.empty()) << "store " << i << " holds " << prepared.size() << " prepared";
+    }
   }
 
   // A zombie: paused after its debits for longer than its lease, while another
@@ -206,6 +218,7 @@ class FailpointTest : public ::testing::Test {
   std::unique_ptr<Broker> broker_;
   StoreKind kind_ = StoreKind::sqlite;
   std::unique_ptr<FerretServer> ferret_;  // mongodb:// stores: one database each
+  std::unique_ptr<PgServer> pg_;          // postgres: one database each
   std::vector<std::string> store_args_;
   std::vector<std::string> urls_;
   std::unique_ptr<Ledger> ledger_;
@@ -220,7 +233,8 @@ struct CrashCase {
 };
 
 void PrintTo(const CrashCase& c, std::ostream* os) {
-  *os << c.point << " on " << c.stores << (c.kind == StoreKind::mongodb ? " mongodb" : " sqlite") << " store(s)";
+  const char* kinds[] = {" sqlite", " mongodb", " postgres"};
+  *os << c.point << " on " << c.stores << kinds[static_cast<int>(c.kind)] << " store(s)";
 }
 
 std::string crash_case_name(const ::testing::TestParamInfo<CrashCase>& p) {
@@ -268,6 +282,39 @@ INSTANTIATE_TEST_SUITE_P(MongoDB, FailpointCrash,
                                            CrashCase{"after_compensate", 1, StoreKind::mongodb},
                                            CrashCase{"after_finish", 2, StoreKind::mongodb}),
                          crash_case_name);
+
+// Two PostgreSQL stores: a batch in one transaction on each. A crash
+// before the commit point (the first store's COMMIT) leaves the second
+// store's transaction prepared, to be rolled back; one after it leaves it
+// prepared, to be committed; the rescuer finds either after a lease.
+INSTANTIATE_TEST_SUITE_P(Postgres, FailpointCrash,
+                         ::testing::Values(CrashCase{"after_walk", 2, StoreKind::postgres},
+                                           CrashCase{"after_prepare", 2, StoreKind::postgres},
+                                           CrashCase{"after_commit_point", 2, StoreKind::postgres},
+                                           CrashCase{"before_publish", 2, StoreKind::postgres}),
+                         crash_case_name);
+
+// Paused between prepare and commit for longer than the lease: the rescuer
+// asks the first store for the decision and waits on the paused batch's
+// open transaction, which the server ends after 5 s idle (the decision is
+// then an abort); the paused worker's COMMIT fails when it resumes, and its
+// batch runs again.
+TEST_F(FailpointTest, APausedBatchAcrossStoresIsRolledBackAndRunsAgain) {
+  open_ledger(2, StoreKind::postgres);
+  produce_requests();
+  Process zombie = start_worker("zombie", {"SAGA_FAILPOINTS=after_prepare=1*pause:8s"});
+  ASSERT_TRUE(eventually([&] { return read_file(dir_ / "zombie.log").find("pausing") != std::string::npos; },
+                         patience()))
+      << read_file(dir_ / "zombie.log");
+  Process other = start_worker("other");
+  EXPECT_TRUE(wait_all_finished_and_published()) << read_file(dir_ / "other.log");
+  EXPECT_NE(read_file(dir_ / "other.log").find("finished a batch's transaction its worker left prepared"),
+            std::string::npos)
+      << read_file(dir_ / "other.log");
+  EXPECT_EQ(zombie.stop(20s), 0) << read_file(dir_ / "zombie.log");
+  EXPECT_EQ(other.stop(20s), 0) << read_file(dir_ / "other.log");
+  expect_exactly_once();
+}
 
 TEST_F(FailpointTest, APausedWorkerIsFencedOutWhenItResumes) {
   a_paused_worker_is_fenced_out_when_it_resumes(StoreKind::sqlite);

@@ -130,11 +130,14 @@ void PgServer::launch() {
   // crashes; a killed server (immediate stop, SIGKILL) still keeps every
   // committed transaction, which fault tests rely on. So commits stay
   // synchronous (synchronous_commit=off would lose the last ones).
+  // Prepared transactions (batches across stores, two-phase commit): more
+  // than connections, so every connection can leave one prepared.
   std::vector<std::string> argv = {(bin_dir_ / "postgres").string(), "-D", data_dir_.string(),
                                    "-h", "127.0.0.1", "-p", std::to_string(port_),
                                    "-k", socket_dir_.string()};
   for (const char* setting : {"fsync=off", "full_page_writes=off", "max_connections=60",
-                              "shared_buffers=32MB", "logging_collector=off"}) {
+                              "max_prepared_transactions=100", "shared_buffers=32MB",
+                              "logging_collector=off"}) {
     argv.insert(argv.end(), {"-c", setting});
   }
   for (const std::string& setting : settings_) argv.insert(argv.end(), {"-c", setting});

@@ -51,6 +51,15 @@ Worker::Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe,
   batch_.reserve(options.batch_size);
   new_.reserve(options.batch_size);
   items_.reserve(options.batch_size);
+  if (TwoPhaseBatch::possible(ledger_)) {
+    two_phase_ = std::make_unique<TwoPhaseBatch>(ledger_, options.worker_id);
+    spdlog::info("{} stores: each batch in one transaction on each, committed by two-phase commit",
+                 ledger_.shard_count());
+  } else if (ledger_.shard_count() > 1) {
+    spdlog::info("{} stores: batches across them commit stage by stage (a store cannot prepare "
+                 "transactions; on PostgreSQL, max_prepared_transactions is 0)",
+                 ledger_.shard_count());
+  }
   lane_ledgers_ = std::move(io.lane_ledgers);
   if (!lane_ledgers_.empty()) {
     lanes_.resize(lane_ledgers_.size() + 1);
@@ -183,6 +192,12 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
       return s.kind() == ErrorKind::fatal ? s : Status::ok();
     }
     clock_.sleep_for(backoff(attempt));
+    // A batch left prepared may hold what this one needs: recovery does
+    // not run while this loop does.
+    if (Status r = resolve_prepared_batches(); !r) {
+      entry.store = false;
+      return r;
+    }
   }
   notified_ids_.clear();
   notified_ends_.clear();
@@ -240,16 +255,19 @@ void start_item(SagaItem& it, const NewTransfer& t, bool fresh) {
 
 Status Worker::write_batch() {
   // One store: delivered-outcome flags, the inserts and every stage of the
-  // batch commit together (per lane, with lanes). Several stores: the flags,
-  // the inserts and the transfers with both accounts on the first store
-  // commit together there, and the others run after, each stage committing
-  // on its own. Without scopes (MongoDB) each step commits on its own.
+  // batch commit together (per lane, with lanes). Several stores that can
+  // prepare: all of it in one transaction on each, committed together.
+  // Several stores otherwise: the flags, the inserts and the transfers with
+  // both accounts on the first store commit together there, and the others
+  // run after, each stage committing on its own. Without scopes (MongoDB)
+  // each step commits on its own.
   Store& transfers = ledger_.transfers();
   inserted_.resize(new_.size());
   if (transfers.supports_scope() && ledger_.shard_count() == 1) {
     if (!lanes_.empty()) return write_lanes();
     return write_part(ledger_, engine_, new_, inserted_, items_, true);
   }
+  if (two_phase_) return write_across();
   if (transfers.supports_scope()) {
     if (Status s = write_part(ledger_, engine_, new_, inserted_, items_, true); !s) return s;
     for (SagaItem& it : rest_) it.fresh = false;  // committed, as `initial`
@@ -299,6 +317,29 @@ Status Worker::write_part(Ledger& ledger, SagaEngine& engine, std::span<const Ne
   if (Status s = engine.run_in_scope(items); !s) return fail(s);
   if (Status s = transfers.end_scope(true); !s) return fail(s);
   return Status::ok();
+}
+
+Status Worker::write_across() {
+  items_.clear();
+  if (Status s = two_phase_->begin(); !s) return s;
+  auto fail = [&](Status s) {
+    two_phase_->rollback();
+    return s;
+  };
+  if (!notified_ends_.empty()) {
+    if (Status s = mark_notified_in_store(); !s) return fail(s);
+  }
+  if (!new_.empty()) {
+    if (Status s = ledger_.transfers().insert_transfers(new_, options_.worker_id, options_.lease_ms, inserted_); !s) {
+      return fail(s);
+    }
+  }
+  if (Status fp = SAGA_FAILPOINT("after_insert"); !fp) return fail(fp);
+  for (std::size_t i = 0; i < new_.size(); ++i) {
+    if (inserted_[i] == InsertResult::inserted) start_item(items_.emplace_back(), new_[i], true);
+  }
+  if (Status s = engine_.run_across(items_); !s) return fail(s);
+  return two_phase_->commit();
 }
 
 // A batch's partitions, the busiest first, each to the lane with the fewest
@@ -666,8 +707,20 @@ Status Worker::mark_notified() {
   return Status::ok();
 }
 
+// Batches across stores that a worker left prepared (a crash or a pause
+// between prepare and finish), once a lease old: their prepared
+// transactions hold their accounts' rows locked until finished.
+Status Worker::resolve_prepared_batches() {
+  if (!two_phase_) return Status::ok();
+  ResolveCounts counts;
+  Status s = resolve_prepared(ledger_, options_.lease_ms, counts);
+  if (!s) probe_.on_store_error("resolve", s);
+  return s.kind() == ErrorKind::fatal ? s : Status::ok();
+}
+
 Status Worker::recover() {
   const auto started = clock_.now();
+  if (Status s = resolve_prepared_batches(); !s) return s;
   // Bounded per tick so consumption keeps going while a backlog drains.
   for (int round = 0; round < 8; ++round) {
     Status s = ledger_.transfers().claim_expired(options_.worker_id, options_.lease_ms,

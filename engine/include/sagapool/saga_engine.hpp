@@ -96,6 +96,16 @@ class SagaEngine {
   // then end_scope(false) and treat every item as not run.
   Status run_in_scope(std::vector<SagaItem>& items);
 
+  // Several stores, each with a scope the caller opened (the first holding
+  // the batch's inserts), all of which can prepare (Store::supports_prepare):
+  // runs every item whole, in batch order, as one store's settle_sagas does.
+  // Each store locks the batch's accounts it holds (load_accounts), the
+  // stores in their order; the sagas are walked here over what they read;
+  // each store is sent what they write there (write_walk). The caller then
+  // prepares the other stores' scopes and commits the first (TwoPhaseBatch).
+  // Any failed store call fails the whole run, as in run_in_scope.
+  Status run_across(std::vector<SagaItem>& items);
+
   // Several stores, before run_in_scope in a scope the caller opened on the
   // first (holding the batch's inserts): moves to `rest`, in batch order,
   // every item with an account on another store, and every later item that
@@ -122,11 +132,18 @@ class SagaEngine {
     WideAmount credited = 0;              // the wave's credits planned so far
     std::string currency;
   };
+  // What a walk across stores writes on one store.
+  struct WalkWrites {
+    std::vector<WalkPosting> postings;
+    std::vector<WalkVoid> voids;
+    std::vector<BalanceMove> balances;
+  };
   Status run_rounds(std::vector<SagaItem>& items);
   Status flush_coalesced(std::vector<SagaItem>& items);
   Status step_initial(std::vector<SagaItem>& items);
   Status step_legs(std::vector<SagaItem>& items);
   Status settle_pending(std::vector<SagaItem>& items);
+  Status walk_across(std::vector<SagaItem>& items);
   Status load_snapshot(std::vector<SagaItem>& items);
   void plan_wave(std::vector<SagaItem>& items);
   Status post_wave(std::vector<SagaItem>& items);
@@ -176,7 +193,9 @@ class SagaEngine {
   std::vector<SettleRequest> settle_batch_;
   std::vector<SettleResult> settle_results_;
   NullObserver null_observer_;
+  std::vector<WalkWrites> walk_;  // per shard
   bool scoped_ = false;        // this run is one transaction on the only store
+  bool across_ = false;        // ... or one on each store (run_across)
   bool store_failed_ = false;  // a store call failed during this run
 };
 

@@ -52,7 +52,9 @@ namespace sagapool {
 //    changes on SQLite or MongoDB.
 // 7: SQLite does the same (expand: the table; written once the floor is 7).
 //    Nothing changes on PostgreSQL or MongoDB.
-inline constexpr int kSchemaVersion = 7;
+// 8: PostgreSQL keeps the commit decisions of batches across stores
+//    (expand: the table). Nothing changes on SQLite or MongoDB.
+inline constexpr int kSchemaVersion = 8;
 
 // Recorded in every store by `sagactl init` so that processes given the
 // stores in another number or order refuse to start instead of misplacing
@@ -174,6 +176,30 @@ struct SettleResult {
   std::string account_currency;  // the source account's when its debit posted ("" = any)
 };
 
+// ---- a batch across stores, in one transaction on each --------------------
+// What a batch's whole sagas write on one store, walked by the engine over
+// the accounts it locked there (SagaEngine::settle_across). Views into the
+// engine's items and snapshot, valid for the call.
+struct WalkPosting {
+  std::string_view transfer_id;
+  std::string_view account_id;
+  PostingKind kind = PostingKind::debit;
+  std::int64_t amount = 0;
+};
+
+struct WalkVoid {
+  std::string_view transfer_id;
+  std::string_view account_id;
+  bool credit = false;  // the credit leg voided; else the debit
+};
+
+// An account's balance as locked (`from`) and as the walk leaves it (`to`).
+struct BalanceMove {
+  std::string_view account_id;
+  std::int64_t from = 0;
+  std::int64_t to = 0;
+};
+
 // ---- admin and audit views -------------------------------------------------
 
 struct PendingEntry {
@@ -231,6 +257,18 @@ class StageStore {
     (void)batch;
     (void)results;
     return Status::fatal("this store cannot settle transfers in one call");
+  }
+  // Inside a scope whose load_accounts locked these accounts: writes a
+  // walk's postings and voids (at the store's time) and moves each balance
+  // from `from` to `to`. A balance not at `from` means the lock was not
+  // held: a fatal error. Only backends that say supports_prepare()
+  // implement it.
+  virtual Status write_walk(std::span<const WalkPosting> postings, std::span<const WalkVoid> voids,
+                            std::span<const BalanceMove> balances) {
+    (void)postings;
+    (void)voids;
+    (void)balances;
+    return Status::fatal("this store cannot write a walk across stores");
   }
   // Reads many accounts in one round trip (one consistent snapshot);
   // out[i] is nullopt when ids[i] does not exist. The engine plans a batch
@@ -294,6 +332,73 @@ class OperatorStore {
   ~OperatorStore() = default;
 };
 
+// One transaction across stores: two-phase commit (docs/design-additions.md,
+// "A batch across stores"). The first store's scope records the decision
+// and its COMMIT is the commit point; every other store's scope is first
+// prepared under the batch's name (gid), then finished. A prepared
+// transaction left by a crash is finished by whoever finds it, as the
+// first store's decision says; a decision not committed is recorded as an
+// abort first, so it never can be.
+class TwoPhaseStore {
+ public:
+  // Whether this store can prepare a scope (PostgreSQL with
+  // max_prepared_transactions > 0) and write walks (write_walk).
+  virtual bool supports_prepare() const noexcept { return false; }
+  // Ends the open scope as a prepared transaction named `gid`: durable,
+  // its locks held, until finish_prepared. On failure it is rolled back.
+  virtual Status prepare_scope(std::string_view gid) {
+    (void)gid;
+    return Status::fatal("this store cannot prepare a transaction");
+  }
+  // Outside a scope: commits or rolls back the prepared transaction `gid`.
+  // One no longer there (finished already) is success.
+  virtual Status finish_prepared(std::string_view gid, bool commit) {
+    (void)gid;
+    (void)commit;
+    return Status::fatal("this store cannot prepare a transaction");
+  }
+  // The names of this store's prepared transactions that start with
+  // `prefix` and were prepared at least `min_age_ms` ago (store's clock).
+  virtual Status list_prepared(std::string_view prefix, std::int64_t min_age_ms,
+                               std::vector<std::string>& gids) {
+    (void)prefix;
+    (void)min_age_ms;
+    gids.clear();
+    return Status::ok();
+  }
+
+  // The first store. Inside a scope: this scope's commit commits `gid`.
+  virtual Status record_decision(std::string_view gid) {
+    (void)gid;
+    return Status::fatal("this store keeps no commit decisions");
+  }
+  // Outside a scope: whether `gid` committed. If no commit of it is
+  // recorded, records its abort, so it never can be; a scope still open
+  // that recorded it is waited for (a lock wait: retry_call when it times
+  // out).
+  virtual Status decide(std::string_view gid, bool& committed) {
+    (void)gid;
+    committed = false;
+    return Status::fatal("this store keeps no commit decisions");
+  }
+  // Decisions recorded at least `min_age_ms` ago (store's clock), oldest first.
+  virtual Status list_decisions(std::int64_t min_age_ms, std::size_t limit, std::vector<std::string>& gids) {
+    (void)min_age_ms;
+    (void)limit;
+    gids.clear();
+    return Status::ok();
+  }
+  // Drops decisions no prepared transaction needs any more. Inside a scope
+  // it rides with the scope's next statement.
+  virtual Status forget_decisions(std::span<const std::string> gids) {
+    (void)gids;
+    return Status::ok();
+  }
+
+ protected:
+  ~TwoPhaseStore() = default;
+};
+
 // ---- the worker registry (held by the first store) ------------------------
 
 // What a running worker records about itself, refreshed every heartbeat on
@@ -346,7 +451,8 @@ class Store : public StageStore,
               public RecoveryStore,
               public OperatorStore,
               public AuditStore,
-              public RegistryStore {
+              public RegistryStore,
+              public TwoPhaseStore {
  public:
   virtual ~Store() = default;
   Store() = default;

@@ -130,6 +130,132 @@ class MemoryStore final : public Store {
     return Status::ok();
   }
 
+  // ---- two-phase commit (MemoryOptions::prepare) --------------------------
+
+  bool supports_prepare() const noexcept override { return db_->options_.scopes && db_->options_.prepare; }
+
+  Status write_walk(std::span<const WalkPosting> postings, std::span<const WalkVoid> voids,
+                    std::span<const BalanceMove> balances) override {
+    std::lock_guard lock(db_->mu_);
+    if (Status s = gate(); !s) return s;
+    if (db_->scope_owner_ != this) return Status::fatal(name_ + ": write_walk outside a transaction");
+    MemoryDb* db = db_.get();
+    Tx tx(*this);
+    const std::int64_t now = db->clock_->now_ms();
+    for (const WalkPosting& p : postings) {
+      LegKey key{std::string(p.transfer_id), std::string(p.account_id), p.kind};
+      if (db->postings_.count(key) != 0 || !db->accounts_.contains(key.account_id)) {
+        return Status::fatal(name_ + ": write_walk: posting of transfer " + key.transfer_id +
+                             " on account " + key.account_id + " exists or has no account");
+      }
+      MemoryDb::PostingRow row;
+      row.posting = {key.transfer_id, key.account_id, p.kind, p.amount, now};
+      row.seq = ++db->posting_seq_;
+      db->postings_.emplace(key, std::move(row));
+      tx.log([db, key] { db->postings_.erase(key); });
+    }
+    for (const WalkVoid& v : voids) {
+      LegKey key{std::string(v.transfer_id), std::string(v.account_id),
+                 v.credit ? PostingKind::credit : PostingKind::debit};
+      if (!db->voids_.insert(key).second) {
+        return Status::fatal(name_ + ": write_walk: leg of transfer " + key.transfer_id + " voided already");
+      }
+      tx.log([db, key] { db->voids_.erase(key); });
+    }
+    for (const BalanceMove& m : balances) {
+      const auto it = db->accounts_.find(m.account_id);
+      if (it == db->accounts_.end() || it->second.balance != m.from) {
+        return Status::fatal(name_ + ": write_walk: the balance of account " + std::string(m.account_id) +
+                             " was not as locked");
+      }
+      save_account(tx, it->first);
+      it->second.balance = m.to;
+    }
+    return tx.commit();
+  }
+
+  Status prepare_scope(std::string_view gid) override {
+    std::lock_guard lock(db_->mu_);
+    if (!supports_prepare()) return Status::fatal(name_ + ": cannot prepare a transaction");
+    if (db_->scope_owner_ != this) return Status::fatal(name_ + ": prepare: no transaction is active");
+    db_->scope_owner_ = nullptr;
+    db_->prepared_gid_ = std::string(gid);
+    db_->prepared_at_ms_ = db_->clock_->now_ms();
+    db_->prepared_undo_ = std::move(db_->scope_undo_);
+    db_->scope_undo_.clear();
+    return Status::ok();
+  }
+
+  Status finish_prepared(std::string_view gid, bool commit) override {
+    std::lock_guard lock(db_->mu_);
+    if (!db_->prepared_gid_ || *db_->prepared_gid_ != gid) return Status::ok();  // finished already
+    if (!commit) rollback(db_->prepared_undo_);
+    db_->prepared_undo_.clear();
+    db_->prepared_gid_.reset();
+    return Status::ok();
+  }
+
+  Status list_prepared(std::string_view prefix, std::int64_t min_age_ms, std::vector<std::string>& gids) override {
+    std::lock_guard lock(db_->mu_);
+    gids.clear();
+    if (db_->prepared_gid_ && db_->prepared_gid_->starts_with(prefix) &&
+        db_->prepared_at_ms_ + min_age_ms <= db_->clock_->now_ms()) {
+      gids.push_back(*db_->prepared_gid_);
+    }
+    return Status::ok();
+  }
+
+  Status record_decision(std::string_view gid) override {
+    std::lock_guard lock(db_->mu_);
+    if (Status s = gate(); !s) return s;
+    if (db_->scope_owner_ != this) return Status::fatal(name_ + ": record_decision outside a transaction");
+    MemoryDb* db = db_.get();
+    const auto [it, inserted] = db->decisions_.try_emplace(std::string(gid));
+    if (!inserted) return Status::retry_stage(name_ + ": transaction " + std::string(gid) + " was decided already");
+    it->second = {true, db->clock_->now_ms()};
+    db->scope_undo_.push_back([db, key = it->first] { db->decisions_.erase(key); });
+    return Status::ok();
+  }
+
+  // A scope of another connection that recorded `gid` holds the database's
+  // lock, so it is waited for as gate() makes every call wait (retry_call).
+  Status decide(std::string_view gid, bool& committed) override {
+    std::lock_guard lock(db_->mu_);
+    if (Status s = gate(); !s) return s;
+    if (db_->scope_owner_ == this) return Status::fatal(name_ + ": decide inside a transaction");
+    const auto [it, inserted] = db_->decisions_.try_emplace(std::string(gid));
+    if (inserted) it->second = {false, db_->clock_->now_ms()};
+    committed = it->second.committed;
+    return Status::ok();
+  }
+
+  Status list_decisions(std::int64_t min_age_ms, std::size_t limit, std::vector<std::string>& gids) override {
+    std::lock_guard lock(db_->mu_);
+    gids.clear();
+    if (Status s = gate(); !s) return s;
+    std::vector<std::pair<std::int64_t, std::string>> aged;
+    for (const auto& [gid, d] : db_->decisions_) {
+      if (d.at_ms + min_age_ms <= db_->clock_->now_ms()) aged.emplace_back(d.at_ms, gid);
+    }
+    std::sort(aged.begin(), aged.end());
+    for (std::size_t i = 0; i < aged.size() && i < limit; ++i) gids.push_back(std::move(aged[i].second));
+    return Status::ok();
+  }
+
+  Status forget_decisions(std::span<const std::string> gids) override {
+    std::lock_guard lock(db_->mu_);
+    if (Status s = gate(); !s) return s;
+    MemoryDb* db = db_.get();
+    Tx tx(*this);
+    for (const std::string& gid : gids) {
+      const auto it = db->decisions_.find(gid);
+      if (it == db->decisions_.end()) continue;
+      tx.log([db, gid, d = it->second] { db->decisions_[gid] = d; });
+      db->decisions_.erase(it);
+    }
+    return tx.commit();
+  }
+
   // ---- transfers ----------------------------------------------------------
 
   Status insert_transfers(std::span<const NewTransfer> batch, std::string_view owner,
@@ -543,6 +669,9 @@ class MemoryStore final : public Store {
   Status gate(bool needs_schema = true) const {
     if (db_->scope_owner_ != nullptr && db_->scope_owner_ != this) {
       return Status::retry_call(name_ + ": database is locked (another connection holds a transaction)");
+    }
+    if (db_->prepared_gid_) {
+      return Status::retry_call(name_ + ": database is locked (a prepared transaction holds it)");
     }
     if (needs_schema && !db_->initialised_) {
       return Status::fatal(name_ + ": no such table (the schema was never created)");

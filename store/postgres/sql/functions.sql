@@ -614,6 +614,58 @@ BEGIN
   END IF;
 END $$;
 
+-- A batch across stores (Store::write_walk): what the engine's walk over
+-- accounts this transaction locked (saga_load_accounts_locked) writes on
+-- this store. Its postings and voids (at p_now, NULL for now), and each
+-- balance moved from what the walk read to what it leaves. A balance not as
+-- read means the lock was not held: SGW02, which the store reports as fatal
+-- (the transaction, and so the batch, fails whole).
+CREATE OR REPLACE FUNCTION saga_write_settled(p_now bigint, p_tr text[], p_acc text[],
+    p_kind text[], p_amount bigint[], p_void_tr text[], p_void_acc text[], p_void_kind text[],
+    p_bal_id text[], p_bal_from bigint[], p_bal_to bigint[])
+  RETURNS void LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_rows bigint;
+BEGIN
+  PERFORM saga_write_walk(coalesce(p_now, saga_now_ms()), p_tr, p_acc, p_kind, p_amount,
+                          p_void_tr, p_void_acc, p_void_kind);
+  IF cardinality(p_bal_id) > 0 THEN
+    UPDATE saga_accounts a SET balance = x.bal_to
+      FROM unnest(p_bal_id, p_bal_from, p_bal_to) AS x(id, bal_from, bal_to)
+      WHERE a.id = x.id AND a.balance = x.bal_from;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    IF v_rows <> cardinality(p_bal_id) THEN
+      RAISE EXCEPTION 'write walk: a balance was not as locked (% of % accounts as read)',
+        v_rows, cardinality(p_bal_id) USING ERRCODE = 'SGW02';
+    END IF;
+  END IF;
+END $$;
+
+-- Whether the batch across stores named p_gid committed (Store::decide), as
+-- its row in saga_decisions says: the first store's transaction inserts it
+-- as committed (record_decision), and its COMMIT decides. With no row, one
+-- is inserted as aborted, so that transaction can never commit. The insert
+-- waits for a transaction that inserted the row and has not ended yet
+-- (lock_timeout bounds the wait); then the row is read by a new statement,
+-- which sees what that transaction committed. A row deleted in between
+-- (forget_decisions) is decided again.
+CREATE OR REPLACE FUNCTION saga_decide(p_gid text) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_committed boolean;
+BEGIN
+  LOOP
+    INSERT INTO saga_decisions (gid, committed, at_ms) VALUES (p_gid, false, saga_now_ms())
+      ON CONFLICT (gid) DO NOTHING;
+    IF FOUND THEN
+      RETURN false;
+    END IF;
+    SELECT d.committed INTO v_committed FROM saga_decisions d WHERE d.gid = p_gid;
+    IF FOUND THEN
+      RETURN v_committed;
+    END IF;
+  END LOOP;
+END $$;
+
 -- Whole sagas of transfers inserted in this transaction (Store::settle_sagas),
 -- one row per transfer, in input order: ('done' | 'canceled', the refused
 -- leg's reason, the source account's currency when its debit posted). Each

@@ -216,3 +216,36 @@ SELECT worker_id, build_version, git_revision, schema_version, lease_ms, heartbe
 SELECT owner FROM saga_transfers WHERE lease_until_ms >= $1
 UNION SELECT owner FROM saga_owners_seen WHERE seen_ms >= $1
 ORDER BY 1;
+
+-- ---- batches across stores (store.hpp, TwoPhaseStore) ----------------------
+
+-- Queued inside a scope (rides with the next statement waited for, or with
+-- PREPARE / COMMIT).
+-- name: saga_write_settled
+SELECT saga_write_settled($1::bigint, $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+    $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[]);
+
+-- The first store's scope: its COMMIT commits the batch. No ON CONFLICT: a
+-- row already there (saga_decide recorded an abort) fails the scope.
+-- name: saga_record_decision
+INSERT INTO saga_decisions (gid, committed, at_ms) VALUES ($1, true, saga_now_ms());
+
+-- name: saga_decide
+SELECT saga_decide($1);
+
+-- name: saga_list_decisions
+SELECT gid FROM saga_decisions
+  WHERE at_ms <= (SELECT saga_now_ms()) - $1::bigint
+  ORDER BY at_ms, gid
+  LIMIT $2;
+
+-- name: saga_forget_decisions
+DELETE FROM saga_decisions WHERE gid = ANY ($1::text[]);
+
+-- This database's only (the view lists the whole server's), by the
+-- server's clock; starts_with, not LIKE: a prefix is no pattern.
+-- name: saga_list_prepared
+SELECT gid FROM pg_prepared_xacts
+  WHERE database = current_database() AND starts_with(gid, $1)
+    AND prepared <= clock_timestamp() - $2::bigint * interval '1 millisecond'
+  ORDER BY prepared, gid;

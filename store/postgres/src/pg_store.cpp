@@ -333,10 +333,11 @@ class PgStore final : public Store {
   // dead transaction fails every later call of the scope without touching
   // the server (so a call can never run outside the transaction, and never
   // half a batch is committed), and end_scope(false) rolls back.
-  // Statements whose results nobody waits for (BEGIN, the outbox flags) are
-  // not sent on their own: they go in one libpq pipeline with the next
-  // statement that is waited for (or with COMMIT), saving a round trip each
-  // per batch. A failure of one of them fails that call, and so the scope.
+  // Statements whose results nobody waits for (BEGIN, the outbox flags, a
+  // walk's writes, decisions) are not sent on their own: they go in one
+  // libpq pipeline with the next statement that is waited for (or with
+  // COMMIT or PREPARE), saving a round trip each per batch. A failure of
+  // one of them fails that call, and so the scope.
   bool supports_scope() const noexcept override { return true; }
   bool concurrent_scopes() const noexcept override { return true; }
 
@@ -353,6 +354,7 @@ class PgStore final : public Store {
     begin_unsent_ = true;
     queued_.clear();
     settle_deferred_ = false;
+    scope_temp_ = false;
     return Status::ok();
   }
 
@@ -377,6 +379,7 @@ class PgStore final : public Store {
     if (commit && scope_ == Scope::open) write_behind().ignore();
     kept_.clear();
     kept_index_.clear();
+    scope_temp_ = false;
     const bool deferred = std::exchange(settle_deferred_, false);  // dropped by every early return
     const Scope was = scope_;
     scope_ = Scope::none;
@@ -410,7 +413,9 @@ class PgStore final : public Store {
     settle_deferred_ = deferred;  // its lock pass rides with COMMIT
     Status s = queue_settle_apply();
     ResultPtr r;
-    if (s) s = run_pipelined(nullptr, nullptr, r, "commit batch transaction", OnUnique::fatal, true);
+    if (s) {
+      s = run_pipelined(nullptr, nullptr, r, "commit batch transaction", OnUnique::fatal, kCommit);
+    }
     scope_ = Scope::none;
     begin_unsent_ = false;
     settle_deferred_ = false;
@@ -823,6 +828,7 @@ class PgStore final : public Store {
       if (!add_array(p, std::move(*a))) return nul_byte("apply legs");
     }
     ResultPtr r;
+    if (scope_ != Scope::none) scope_temp_ = true;  // saga_scope_pending
     if (Status s = run(Sql::apply_legs, p, r, "apply legs", OnUnique::retry); !s) return s;
     if (Status s = check_rows(r.get(), batch.size(), "apply legs"); !s) return s;
     for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -891,6 +897,7 @@ class PgStore final : public Store {
     // transfer and committed first (its id was checked before that, and
     // transfers are written behind). Run again, the batch finds it a
     // duplicate.
+    scope_temp_ = true;  // saga_scope_settle, or its lookup
     if (Status s = run(Sql::settle, p, r, "settle", OnUnique::retry); !s) return s;
     if (defer) settle_deferred_ = settle_at_once_ = true;  // at once until this scope commits
     if (Status s = check_rows(r.get(), batch.size(), "settle"); !s) return s;
@@ -1113,8 +1120,233 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
+  // ---- batches across stores (two-phase commit) -------------------------------
+  // store.hpp, TwoPhaseStore. A store other than the batch's first runs a
+  // walk's scope: load_accounts (locks), write_walk (queued), then
+  // prepare_scope, which sends the walk with PREPARE TRANSACTION in one
+  // round trip. PREPARE refuses a transaction that used the session's
+  // temporary tables, which only the one-store path does (its scope's
+  // pending entries, a deferred settle): such a scope is refused here.
+
+  bool supports_prepare() const noexcept override { return max_prepared_ > 0; }
+
+  // Split over statements (kStatementMax records of each kind a statement),
+  // every record gets the same time, as in one.
+  Status write_walk(std::span<const WalkPosting> postings, std::span<const WalkVoid> voids,
+                    std::span<const BalanceMove> balances) override {
+    if (scope_ == Scope::none) return fatal("write walk: runs only inside a batch transaction");
+    const std::size_t n = std::max({postings.size(), voids.size(), balances.size()});
+    if (n == 0) return Status::ok();
+    std::optional<std::int64_t> now;
+    if (n > kStatementMax) {
+      if (Status s = now_ms(now.emplace()); !s) return s;
+    }
+    const auto piece = [](auto all, std::size_t b) {
+      const std::size_t from = std::min(b, all.size());
+      return all.subspan(from, std::min(kStatementMax, all.size() - from));
+    };
+    for (std::size_t b = 0; b < n; b += kStatementMax) {
+      ArrayLiteral tr, acc, kind, amount, void_tr, void_acc, void_kind, bal_id, bal_from, bal_to;
+      for (const WalkPosting& w : piece(postings, b)) {
+        if (w.amount <= 0) {
+          return fatal("write walk: a posting of transfer " + std::string(w.transfer_id) +
+                       " has a non-positive amount");
+        }
+        tr.text(w.transfer_id);
+        acc.text(w.account_id);
+        kind.text(to_string(w.kind));
+        amount.int64(w.amount);
+      }
+      for (const WalkVoid& v : piece(voids, b)) {
+        void_tr.text(v.transfer_id);
+        void_acc.text(v.account_id);
+        void_kind.text(v.credit ? "credit" : "debit");
+      }
+      for (const BalanceMove& m : piece(balances, b)) {
+        bal_id.text(m.account_id);
+        bal_from.int64(m.from);
+        bal_to.int64(m.to);
+      }
+      Params p;
+      p.int64_or_null(now);
+      for (ArrayLiteral* a : {&tr, &acc, &kind, &amount, &void_tr, &void_acc, &void_kind, &bal_id,
+                              &bal_from, &bal_to}) {
+        if (!add_array(p, std::move(*a))) return nul_byte("write walk");
+      }
+      // A posting or void already there: another batch took the same new
+      // transfer and committed first (as in settle); run again, the batch
+      // finds it a duplicate.
+      if (Status s = enqueue(Sql::write_settled, std::move(p), "write walk", OnUnique::retry); !s)
+        return s;
+    }
+    return Status::ok();
+  }
+
+  // Ends the scope as end_scope(true) would, with PREPARE TRANSACTION in
+  // place of the pending entries' flush and COMMIT, and nothing written
+  // behind: only a walk's scope. The gid is a literal (the statement takes
+  // no parameters), checked and quoted.
+  Status prepare_scope(std::string_view gid) override {
+    static const std::string op = "prepare batch transaction";
+    if (scope_ == Scope::none) return fatal(op + ": no scope is open");
+    // Every return below ends the scope; a failure rolls it back.
+    const auto refuse = [&](Status s) {
+      end_scope(false).ignore();
+      return s;
+    };
+    if (Status s = check_gid(gid, op); !s) return refuse(std::move(s));
+    if (!supports_prepare()) {
+      return refuse(
+          fatal(op + ": the server's max_prepared_transactions is 0 (set it, and restart)"));
+    }
+    if (!kept_.empty() || settle_deferred_ || scope_temp_) {
+      return refuse(fatal(op + ": only a walk's scope can be prepared; this one " +
+                          (!kept_.empty() ? "inserted transfers"
+                                          : "used the session's temporary tables (legs, settle)")));
+    }
+    if (scope_ == Scope::failed) {
+      return refuse(Status::retry_stage(
+          "postgresql " + display_ + ": a call inside the batch transaction failed; rolled back"));
+    }
+    const bool nothing_sent = begin_unsent_;
+    if (nothing_sent && queued_.empty()) return refuse(Status::ok());  // nothing to prepare
+    if (conn_ == nullptr || PQtransactionStatus(conn_.get()) !=
+                                (nothing_sent ? PQTRANS_IDLE : PQTRANS_INTRANS)) {
+      return refuse(Status::retry_stage(
+          "postgresql " + display_ + ": the batch transaction was lost before PREPARE; rolled back"));
+    }
+    std::string prepare;
+    if (Status s = gid_literal(gid, op, prepare); !s) return refuse(std::move(s));
+    prepare.insert(0, "PREPARE TRANSACTION ");
+    const char* const ending[] = {prepare.c_str()};
+    ResultPtr r;
+    // A connection lost here leaves it unknown whether the transaction was
+    // prepared: recovery finds it (list_prepared) if it was.
+    Status s = run_pipelined(nullptr, nullptr, r, op, OnUnique::fatal, ending);
+    scope_ = Scope::none;
+    begin_unsent_ = false;
+    queued_.clear();
+    kept_.clear();
+    kept_index_.clear();
+    if (!s) rollback();  // a failed PREPARE has rolled back; a dead pipeline may not have
+    return s;
+  }
+
+  // COMMIT / ROLLBACK PREPARED cannot run in a transaction: outside a scope.
+  Status finish_prepared(std::string_view gid, bool commit) override {
+    const std::string op = commit ? "commit prepared" : "roll back prepared";
+    if (scope_ != Scope::none) return fatal(op + ": not possible inside a batch transaction");
+    if (Status s = check_gid(gid, op); !s) return s;
+    if (Status s = guard_reentry(op); !s) return s;
+    if (Status s = ensure_connected(); !s) return s;
+    std::string sql;
+    if (Status s = gid_literal(gid, op, sql); !s) return s;
+    sql.insert(0, commit ? "COMMIT PREPARED " : "ROLLBACK PREPARED ");
+    ResultPtr r(PQexec(conn_.get(), sql.c_str()));
+    if (PQresultStatus(r.get()) == PGRES_COMMAND_OK) return Status::ok();
+    const std::string_view state = pg::sqlstate_of(r.get());
+    // 42704: no such prepared transaction (finished already, or never
+    // prepared). 55000: another session is finishing it right now.
+    if (state == "42704") return Status::ok();
+    if (state == "55000") {
+      return Status::retry_call("postgresql " + display_ + ": " + op + ": " +
+                                pg::describe(r.get(), conn_.get()));
+    }
+    return failure(r.get(), op, OnUnique::fatal);
+  }
+
+  Status list_prepared(std::string_view prefix, std::int64_t min_age_ms,
+                       std::vector<std::string>& gids) override {
+    gids.clear();
+    Params p;
+    p.text(prefix);
+    p.int64(min_age_ms);
+    ResultPtr r;
+    if (Status s = run(Sql::list_prepared, p, r, "list prepared"); !s) return s;
+    for (int row = 0; row < PQntuples(r.get()); ++row) {
+      gids.emplace_back(pg::value(r.get(), row, 0));
+    }
+    return Status::ok();
+  }
+
+  // Queued: executed with the scope's next statement waited for (the
+  // worker's insert check), so before any other store prepares. A row
+  // already there (an abort saga_decide recorded) fails the scope.
+  Status record_decision(std::string_view gid) override {
+    if (scope_ == Scope::none) {
+      return fatal("record decision: runs only inside a batch transaction");
+    }
+    if (Status s = check_gid(gid, "record decision"); !s) return s;
+    Params p;
+    p.text(gid);
+    return enqueue(Sql::record_decision, std::move(p), "record decision", OnUnique::retry);
+  }
+
+  Status decide(std::string_view gid, bool& committed) override {
+    committed = false;
+    if (scope_ != Scope::none) return fatal("decide: not possible inside a batch transaction");
+    if (Status s = check_gid(gid, "decide"); !s) return s;
+    Params p;
+    p.text(gid);
+    ResultPtr r;
+    // A scope that recorded the gid and is still open is waited for; a lock
+    // timeout is retry_call (failure).
+    if (Status s = run(Sql::decide, p, r, "decide"); !s) return s;
+    if (PQntuples(r.get()) != 1 || pg::is_null(r.get(), 0, 0)) {
+      return fatal("decide: unexpected result");
+    }
+    committed = parse_bool(pg::value(r.get(), 0, 0));
+    return Status::ok();
+  }
+
+  Status list_decisions(std::int64_t min_age_ms, std::size_t limit,
+                        std::vector<std::string>& gids) override {
+    gids.clear();
+    if (limit == 0) return Status::ok();
+    Params p;
+    p.int64(min_age_ms);
+    p.int64(clamp_limit(limit));
+    ResultPtr r;
+    if (Status s = run(Sql::list_decisions, p, r, "list decisions"); !s) return s;
+    for (int row = 0; row < PQntuples(r.get()); ++row) {
+      gids.emplace_back(pg::value(r.get(), row, 0));
+    }
+    return Status::ok();
+  }
+
+  Status forget_decisions(std::span<const std::string> gids) override {
+    return in_chunks(gids.size(), [&](std::size_t b, std::size_t n) {
+      if (n == 0) return Status::ok();
+      ArrayLiteral a;
+      for (const std::string& gid : gids.subspan(b, n)) a.text(gid);
+      Params p;
+      if (!add_array(p, std::move(a))) return nul_byte("forget decisions");
+      if (scope_ == Scope::open) return enqueue(Sql::forget_decisions, std::move(p), "forget decisions");
+      ResultPtr r;
+      return run(Sql::forget_decisions, p, r, "forget decisions");
+    });
+  }
+
  private:
   enum class OnUnique : std::uint8_t { fatal, retry };
+
+  // A prepared transaction's name: PostgreSQL takes less than 200 bytes.
+  Status check_gid(std::string_view gid, const std::string& op) const {
+    if (gid.empty() || gid.size() >= 200 || gid.find('\0') != std::string_view::npos) {
+      return fatal(op + ": a transaction name must be 1 to 199 bytes, without NUL");
+    }
+    return Status::ok();
+  }
+  // `gid` as an SQL literal, quoted for this connection (needs one).
+  Status gid_literal(std::string_view gid, const std::string& op, std::string& out) const {
+    char* quoted = PQescapeLiteral(conn_.get(), gid.data(), gid.size());
+    if (quoted == nullptr) {
+      return fatal(op + ": cannot quote the transaction name: " + pg::describe(nullptr, conn_.get()));
+    }
+    out = quoted;
+    PQfreemem(quoted);
+    return Status::ok();
+  }
 
   Status fatal(const std::string& message) const {
     return Status::fatal("postgresql " + display_ + ": " + message);
@@ -1226,14 +1458,20 @@ class PgStore final : public Store {
     // ids, so their estimated cost passes jit_above_cost, and the server
     // compiled them anew on every call, 8-18 % of its CPU at full load, for
     // statements that run in milliseconds (docs/postgres.md, "Speed").
+    // In the same round trip, max_prepared_transactions (fixed at the
+    // server's start): whether scopes can be prepared (supports_prepare).
     ResultPtr r(PQexec(c.get(), ("SELECT set_config('lock_timeout', '" + std::string(kLockTimeout) +
                                  "', false) WHERE current_setting('lock_timeout') = '0'; "
-                                 "SET jit = off")
+                                 "SET jit = off; "
+                                 "SELECT current_setting('max_prepared_transactions')")
                                     .c_str()));
-    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+    std::int64_t max_prepared = 0;
+    if (PQresultStatus(r.get()) != PGRES_TUPLES_OK || PQntuples(r.get()) != 1 ||
+        !pg::parse_int(pg::value(r.get(), 0, 0), max_prepared)) {
       return Status::retry_stage("postgresql " + display_ + ": cannot set the session's settings: " +
                                  pg::describe(r.get(), c.get()));
     }
+    max_prepared_ = max_prepared;
     conn_ = std::move(c);
     prepared_.reset();
     backoff_ = std::chrono::milliseconds(0);
@@ -1407,7 +1645,7 @@ class PgStore final : public Store {
       if (Status s = queue_settle_apply(); !s) return s;
     }
     if (scope_ == Scope::open && (begin_unsent_ || !queued_.empty())) {
-      return run_pipelined(&sql, &p, out, op, on_unique, false);
+      return run_pipelined(&sql, &p, out, op, on_unique);
     }
     const pg::Statement& st = pg::statement(sql);
     ResultPtr r(PQexecPrepared(conn_.get(), st.name, p.count(), p.values(), nullptr, nullptr, 0));
@@ -1422,17 +1660,17 @@ class PgStore final : public Store {
   // A deferred walk (settle_sagas) has written its journal rows but not yet
   // moved or locked its accounts: its lock pass goes ahead of any statement
   // that could read or lock them, or else with COMMIT (end_scope). These
-  // touch only transfers (and the clock); every other statement, and any
-  // unprepared one, is sent after the lock pass.
+  // touch only transfers or decisions (and the clock); every other
+  // statement, and any unprepared one, is sent after the lock pass.
   static bool reads_no_balance(Sql sql) {
     return sql == Sql::insert_fresh || sql == Sql::transition || sql == Sql::mark_notified ||
-           sql == Sql::now;
+           sql == Sql::now || sql == Sql::record_decision || sql == Sql::forget_decisions;
   }
   Status queue_settle_apply() {
     if (!settle_deferred_) return Status::ok();
     if (Status s = ensure_prepared(Sql::settle_apply); !s) return s;  // fails the scope
     settle_deferred_ = false;
-    queued_.push_back({Sql::settle_apply, Params{}, "apply settle"});
+    queued_.push_back({Sql::settle_apply, Params{}, "apply settle", OnUnique::fatal});
     return Status::ok();
   }
 
@@ -1440,12 +1678,13 @@ class PgStore final : public Store {
   // keeps aside (saga_apply_legs): they move to saga_pending first.
   Status flush_scope_pending(const char* op) {
     if (scope_ == Scope::none) return Status::ok();
+    scope_temp_ = true;
     return simple("SELECT saga_flush_scope_pending()", op);
   }
 
   // Inside a scope: a statement whose result nobody waits for, sent ahead of
-  // the next one that is waited for (or with COMMIT).
-  Status enqueue(Sql sql, Params&& p, const char* op) {
+  // the next one that is waited for (or with COMMIT or PREPARE).
+  Status enqueue(Sql sql, Params&& p, const char* op, OnUnique on_unique = OnUnique::fatal) {
     if (Status s = guard_reentry(op); !s) return s;
     if (!p.ok()) return nul_byte(op);
     if (Status s = ensure_prepared(sql); !s) return s;
@@ -1454,20 +1693,20 @@ class PgStore final : public Store {
     }
     if (queued_.size() >= kQueuedMax) {  // bound: send what is queued now
       ResultPtr r;
-      if (Status s = run_pipelined(nullptr, nullptr, r, op, OnUnique::fatal, false); !s) return s;
+      if (Status s = run_pipelined(nullptr, nullptr, r, op, OnUnique::fatal); !s) return s;
     }
-    queued_.push_back({sql, std::move(p), op});
+    queued_.push_back({sql, std::move(p), op, on_unique});
     return Status::ok();
   }
 
   // One round trip in pipeline mode: BEGIN if not sent yet, the queued
-  // statements, then `sql` (its result goes to `out`) or COMMIT (`commit`)
-  // or nothing. The first failure is reported as that statement's own; the
-  // server skips the rest (the transaction is dead anyway). Anything
-  // unexpected on the wire drops the connection: the scope fails and the
-  // batch runs again.
+  // statements, then `sql` (its result goes to `out`) or the statements of
+  // `ending` (kCommit, or PREPARE TRANSACTION) or nothing. The first
+  // failure is reported as that statement's own; the server skips the rest
+  // (the transaction is dead anyway). Anything unexpected on the wire drops
+  // the connection: the scope fails and the batch runs again.
   Status run_pipelined(const Sql* sql, Params* p, ResultPtr& out, const std::string& op,
-                       OnUnique on_unique, bool commit) {
+                       OnUnique on_unique, std::span<const char* const> ending = {}) {
     PGconn* c = conn_.get();
     auto lost = [&](const char* what) {
       const std::string message = "postgresql " + display_ + ": " + op + ": pipeline " + what +
@@ -1503,9 +1742,8 @@ class PgStore final : public Store {
       const pg::Statement& st = pg::statement(*sql);
       ok = PQsendQueryPrepared(c, st.name, p->count(), p->values(), nullptr, nullptr, 0) != 0;
       ++sent;
-    } else if (ok && commit) {
-      send_text("SELECT saga_flush_scope_pending()");
-      send_text("COMMIT");
+    } else {
+      for (const char* text : ending) send_text(text);
     }
     if (!ok || PQpipelineSync(c) == 0) return lost("send failed");
     ResultPtr error;
@@ -1529,16 +1767,17 @@ class PgStore final : public Store {
     if (!sync || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) return lost("out of step");
     if (PQexitPipelineMode(c) == 0) return lost("not left");
     std::string failed_op = op;
+    OnUnique failed_unique = error_at == sent - 1 && sql != nullptr ? on_unique : OnUnique::fatal;
     if (error_at >= prologue && error_at - prologue < static_cast<int>(queued_.size())) {
-      failed_op = queued_[static_cast<std::size_t>(error_at - prologue)].op;
+      const Queued& q = queued_[static_cast<std::size_t>(error_at - prologue)];
+      failed_op = q.op;
+      failed_unique = q.on_unique;
     } else if (error_at >= 0 && error_at < prologue) {
       failed_op = "begin scope";
     }
     begin_unsent_ = false;
     queued_.clear();
-    if (error) {
-      return failure(error.get(), failed_op, error_at == sent - 1 ? on_unique : OnUnique::fatal);
-    }
+    if (error) return failure(error.get(), failed_op, failed_unique);
     return Status::ok();
   }
 
@@ -1548,7 +1787,7 @@ class PgStore final : public Store {
     if (Status s = queue_settle_apply(); !s) return s;  // its statement may read anything
     if (scope_ != Scope::open || (!begin_unsent_ && queued_.empty())) return Status::ok();
     ResultPtr none;
-    return run_pipelined(nullptr, nullptr, none, op, OnUnique::fatal, false);
+    return run_pipelined(nullptr, nullptr, none, op, OnUnique::fatal);
   }
 
   // An unprepared statement (schema management and probes).
@@ -1650,6 +1889,8 @@ class PgStore final : public Store {
     bool open_ = true;
   };
 
+  // Ends a scope that commits: the pending entries it kept aside, then COMMIT.
+  static constexpr const char* kCommit[] = {"SELECT saga_flush_scope_pending()", "COMMIT"};
   const std::string batch_settings_ =
       "SELECT set_config('saga.scope', 'on', true), "
       "set_config('idle_in_transaction_session_timeout', '" +
@@ -1672,11 +1913,18 @@ class PgStore final : public Store {
     Sql sql;
     Params params;
     const char* op;
+    OnUnique on_unique = OnUnique::fatal;
   };
-  static constexpr std::size_t kQueuedMax = 4;  // a batch queues one (its outbox flags)
+  // A batch queues one or two (its outbox flags; a walk, its decision).
+  static constexpr std::size_t kQueuedMax = 4;
   std::vector<Queued> queued_;
   // A walk of the open scope waits for its lock pass (saga_settle_apply).
   bool settle_deferred_ = false;
+  // The open scope ran a call that uses the session's temporary tables
+  // (saga_scope_pending, saga_scope_settle): it cannot be prepared.
+  bool scope_temp_ = false;
+  // The server's max_prepared_transactions, read on connecting (connect).
+  std::int64_t max_prepared_ = 0;
   // A scope with a deferred walk did not commit (its walk may not have
   // stood): the next walk takes its locks at once.
   bool settle_at_once_ = false;

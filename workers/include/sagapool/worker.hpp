@@ -18,6 +18,7 @@
 #include "sagapool/probe.hpp"
 #include "sagapool/request.hpp"
 #include "sagapool/saga_engine.hpp"
+#include "sagapool/two_phase.hpp"
 #include "sagapool/worker_io.hpp"
 
 namespace sagapool {
@@ -137,9 +138,14 @@ class Worker final : private DeliveryListener {
   Status write_part(Ledger& ledger, SagaEngine& engine, std::span<const NewTransfer> requests,
                     std::vector<InsertResult>& inserted, std::vector<SagaItem>& items,
                     bool with_notified);
+  // Several stores that can prepare: the flags, the inserts and every
+  // transfer's whole saga in one transaction on each store, committed
+  // together (TwoPhaseBatch).
+  Status write_across();
   void split_into_lanes();
   Status write_lanes();
   Status recover();
+  Status resolve_prepared_batches();
   void publish_finished(bool count_finished);
   void publish_outcome(const OutcomeFields& f);
   // Dead-letters `m`, and answers it with a `rejected` outcome when
@@ -163,6 +169,7 @@ class Worker final : private DeliveryListener {
   Ledger& ledger_;
   WorkerProbe& probe_;
   SagaEngine engine_;
+  std::unique_ptr<TwoPhaseBatch> two_phase_;  // null: not every store can prepare
   std::unique_ptr<RequestSource> source_;
   std::unique_ptr<MessageOutput> output_;
   WorkerClock& clock_;

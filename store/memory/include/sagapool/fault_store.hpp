@@ -38,6 +38,8 @@ class FaultStore final : public Store {
       : inner_(std::move(inner)), hooks_(hooks) {}
 
   const std::string& display_name() const noexcept override { return inner_->display_name(); }
+  // Whether this connection holds a scope (as far as the calls made show).
+  bool in_scope() const noexcept { return in_scope_; }
   bool supports_scope() const noexcept override { return inner_->supports_scope(); }
   bool concurrent_scopes() const noexcept override { return inner_->concurrent_scopes(); }
 
@@ -154,6 +156,37 @@ class FaultStore final : public Store {
   }
   Status recent_owners(std::int64_t since_ms, std::vector<std::string>& out) override {
     return call("recent_owners", [&] { return inner_->recent_owners(since_ms, out); });
+  }
+
+  bool supports_prepare() const noexcept override { return inner_->supports_prepare(); }
+  Status write_walk(std::span<const WalkPosting> postings, std::span<const WalkVoid> voids,
+                    std::span<const BalanceMove> balances) override {
+    return call("write_walk", [&] { return inner_->write_walk(postings, voids, balances); });
+  }
+  Status prepare_scope(std::string_view gid) override {
+    if (Status s = hooks_.on_call("prepare", Phase::before, in_scope_); !s) return s;
+    Status r = inner_->prepare_scope(gid);
+    in_scope_ = false;
+    if (!r) return r;
+    return hooks_.on_call("prepare", Phase::after, false);
+  }
+  Status finish_prepared(std::string_view gid, bool commit) override {
+    return call("finish_prepared", [&] { return inner_->finish_prepared(gid, commit); });
+  }
+  Status list_prepared(std::string_view prefix, std::int64_t min_age_ms, std::vector<std::string>& gids) override {
+    return call("list_prepared", [&] { return inner_->list_prepared(prefix, min_age_ms, gids); });
+  }
+  Status record_decision(std::string_view gid) override {
+    return call("record_decision", [&] { return inner_->record_decision(gid); });
+  }
+  Status decide(std::string_view gid, bool& committed) override {
+    return call("decide", [&] { return inner_->decide(gid, committed); });
+  }
+  Status list_decisions(std::int64_t min_age_ms, std::size_t limit, std::vector<std::string>& gids) override {
+    return call("list_decisions", [&] { return inner_->list_decisions(min_age_ms, limit, gids); });
+  }
+  Status forget_decisions(std::span<const std::string> gids) override {
+    return call("forget_decisions", [&] { return inner_->forget_decisions(gids); });
   }
 
  private:

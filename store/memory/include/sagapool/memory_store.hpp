@@ -18,7 +18,8 @@
 //   retry_call ("database is locked"). Without `scopes` the store behaves like
 //   the PostgreSQL backend (supports_scope() is false).
 // - Destroying a connection that holds a scope rolls it back, as a process
-//   that dies mid-transaction does.
+//   that dies mid-transaction does. A prepared scope outlives it, holding the
+//   database's lock until some connection finishes it.
 // - The database also records, for the simulation's checks, every transition
 //   it applied that moves a transfer backwards (its new state is not ahead of
 //   the old on the saga's graph), even inside a scope later rolled back.
@@ -63,6 +64,10 @@ class ManualClock final : public StoreClock {
 struct MemoryOptions {
   std::string name = "memory";
   bool scopes = true;       // supports_scope() and real rollback
+  // supports_prepare() (with scopes): a scope can end prepared, holding the
+  // database's lock until finish_prepared, as PostgreSQL's PREPARE
+  // TRANSACTION holds its row locks; the first store keeps decisions.
+  bool prepare = false;
   bool initialised = true;  // false: like a new, empty file before `init_schema`
 };
 
@@ -99,6 +104,10 @@ class MemoryDb {
     std::lock_guard lock(mu_);
     return scope_owner_ != nullptr;
   }
+  bool prepared() const {
+    std::lock_guard lock(mu_);
+    return prepared_gid_.has_value();
+  }
 
  private:
   friend class MemoryStore;
@@ -125,6 +134,15 @@ class MemoryDb {
   std::map<std::pair<std::string, std::string>, std::int64_t, std::less<>> pending_;
   const MemoryStore* scope_owner_ = nullptr;
   std::vector<std::function<void()>> scope_undo_;
+  // A prepared scope (MemoryOptions::prepare): its name, time and undo log.
+  std::optional<std::string> prepared_gid_;
+  std::int64_t prepared_at_ms_ = 0;
+  std::vector<std::function<void()>> prepared_undo_;
+  struct Decision {
+    bool committed = false;
+    std::int64_t at_ms = 0;
+  };
+  std::map<std::string, Decision, std::less<>> decisions_;
   std::vector<std::string> illegal_;
   std::int64_t transitions_ = 0;
 };
