@@ -296,7 +296,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w(f"- the data on {m.fs_type}; {f.dsync_rate} synchronous 8 kB writes per second there "
       "(`dd oflag=dsync`, one writer: what a commit's flush costs)")
     w(f"- PostgreSQL {f.pg_version}, one server on loopback (and a second, the other shard of (g)), "
-      "max_connections=200, every autovacuum logged, otherwise defaults")
+      "max_connections=200, max_prepared_transactions=200, every autovacuum logged, otherwise defaults")
     w(f"- SQLite {m.sqlite_version}; librdkafka {m.rdkafka_version}; saga-broker (librdkafka's mock cluster, "
       f"{PARTITIONS} partitions);")
     w("  Apache Kafka 3.9.1, one KRaft node (tools/kafka/kafka.sh; JVM heap 256-512 MiB), topics of "
