@@ -318,17 +318,31 @@ Status SagaEngine::settle_pending(std::vector<SagaItem>& items) {
   return write_transitions(items, "apply");
 }
 
-// saga_settle_batch's walk (store/postgres/sql/functions.sql), over accounts
-// locked on every store: the same checks in the same order, so a batch
+// saga_settle_batch's walk (store/postgres/sql/functions.sql) over the
+// accounts of every store: the same checks in the same order, so a batch
 // across stores ends as it would one transfer at a time on one store. The
 // debit reserves its amount until its saga ends, as its pending entry
 // would, so reservations end where they began and only balances move.
+// Walked first, locked last, as there: the accounts are read unlocked and
+// each store locks them with the walk's moves, which stand only where the
+// rows as locked give the walk's verdicts (BalanceMove); an id with no row
+// (its bucket must be held before a verdict of "unknown account"), or a
+// batch run again after moves that did not stand, reads them locked.
 Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
-  if (Status s = load_snapshot(items); !s) return s;
-  if (pending_.empty()) return Status::retry_stage("the accounts could not be read");  // dropped by load_snapshot
+  bool lock = std::exchange(lock_next_walk_, false);
+  for (;;) {
+    if (Status s = load_snapshot(items, lock); !s) return s;
+    if (pending_.empty()) return Status::retry_stage("the accounts could not be read");  // dropped by load_snapshot
+    if (lock || std::all_of(accounts_.begin(), accounts_.end(), [](const auto& a) { return a.second.exists; })) break;
+    lock = true;
+  }
   for (auto& [id, a] : accounts_) {
     a.write_balance = a.balance;
     a.write_reserved = a.reserved;
+    a.low.reset();
+    a.reserved_high.reset();
+    a.sum_high.reset();
+    a.refused = false;
   }
   for (WalkWrites& w : walk_) {
     w.postings.clear();
@@ -353,8 +367,10 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
       reason = Reason::currency_mismatch;
     } else if (static_cast<WideAmount>(src.write_balance) - r.amount < src.min_balance) {
       reason = Reason::insufficient_funds;
+      src.refused = true;
     } else if (src.write_reserved + r.amount > kMax) {
       reason = Reason::overflow;
+      src.refused = true;
     }
     if (reason != Reason::none) {  // compensation voids the credit, then the debit that never posted
       out.reason = reason;
@@ -367,6 +383,8 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
     at_src.postings.push_back({r.transfer_id, r.source, PostingKind::debit, r.amount});
     src.write_balance -= r.amount;
     src.write_reserved += r.amount;  // held for its reversal until the end of its saga
+    src.low = std::min(src.low.value_or(src.write_balance), src.write_balance);
+    src.reserved_high = std::max<std::int64_t>(src.reserved_high.value_or(0), static_cast<std::int64_t>(src.write_reserved));
     if (!dst.exists) {  // the credit, seeing the debit (the same account twice included)
       reason = Reason::unknown_account;
     } else if (dst.locked) {
@@ -375,10 +393,13 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
       reason = Reason::currency_mismatch;
     } else if (static_cast<WideAmount>(dst.write_balance) + dst.write_reserved + r.amount > kMax) {
       reason = Reason::overflow;
+      dst.refused = true;
     }
     if (reason == Reason::none) {
       at_dst.postings.push_back({r.transfer_id, r.destination, PostingKind::credit, r.amount});
       dst.write_balance += r.amount;
+      const auto sum = static_cast<std::int64_t>(dst.write_balance + dst.write_reserved);  // <= INT64_MAX: checked
+      dst.sum_high = std::max(dst.sum_high.value_or(sum), sum);
       out.outcome = TransferState::done;
     } else {  // the credit voided, the debit reversed
       out.reason = reason;
@@ -388,10 +409,13 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
     }
     src.write_reserved -= r.amount;  // released, or given back by the reversal
   }
+  // Every account read, moved or not: each is locked and checked with the moves.
   for (const auto& [id, a] : accounts_) {
-    if (a.exists && a.write_balance != a.balance) {
-      walk_[ledger_.shard_index(id)].balances.push_back({id, a.balance, a.write_balance});
-    }
+    if (!a.exists) continue;
+    if (a.write_reserved != a.reserved) return Status::fatal("engine: a walk left account " + std::string(id) + "'s reservation changed");
+    walk_[ledger_.shard_index(id)].balances.push_back({id, a.balance, a.write_balance, a.reserved, a.min_balance,
+                                                       a.currency, a.locked, a.low, a.reserved_high, a.sum_high,
+                                                       a.refused});
   }
   for (std::size_t s = 0; s < walk_.size(); ++s) {
     const WalkWrites& w = walk_[s];
@@ -407,7 +431,7 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
   return Status::ok();
 }
 
-Status SagaEngine::load_snapshot(std::vector<SagaItem>& items) {
+Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
   accounts_.clear();
   for (auto& ids : snapshot_ids_) ids.clear();
   for (std::size_t i : pending_) {
@@ -421,7 +445,8 @@ Status SagaEngine::load_snapshot(std::vector<SagaItem>& items) {
     snapshot_.resize(snapshot_ids_[s].size());
     Status st = with_retries("plan", [&] {
       if (Status fp = SAGA_FAILPOINT("before_plan"); !fp) return fp;
-      Status r = ledger_.shard(s).load_accounts(snapshot_ids_[s], snapshot_);
+      Status r = lock ? ledger_.shard(s).load_accounts(snapshot_ids_[s], snapshot_)
+                      : ledger_.shard(s).read_accounts(snapshot_ids_[s], snapshot_);
       if (!r) return r;
       return SAGA_FAILPOINT("after_plan");
     });

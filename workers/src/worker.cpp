@@ -324,6 +324,7 @@ Status Worker::write_across() {
   if (Status s = two_phase_->begin(); !s) return s;
   auto fail = [&](Status s) {
     two_phase_->rollback();
+    engine_.lock_next_walk();  // the accounts may have moved under its walk: not again
     return s;
   };
   if (!notified_ends_.empty()) {
@@ -339,7 +340,9 @@ Status Worker::write_across() {
     if (inserted_[i] == InsertResult::inserted) start_item(items_.emplace_back(), new_[i], true);
   }
   if (Status s = engine_.run_across(items_); !s) return fail(s);
-  return two_phase_->commit();
+  Status s = two_phase_->commit();
+  if (!s) engine_.lock_next_walk();
+  return s;
 }
 
 // A batch's partitions, the busiest first, each to the lane with the fewest

@@ -105,6 +105,10 @@ class SagaEngine {
   // prepares the other stores' scopes and commits the first (TwoPhaseBatch).
   // Any failed store call fails the whole run, as in run_in_scope.
   Status run_across(std::vector<SagaItem>& items);
+  // The next run_across reads its accounts locked from the start, instead
+  // of locking them with its writes: after a batch whose moves did not
+  // stand (the accounts changed meanwhile), so that it cannot fail again.
+  void lock_next_walk() { lock_next_walk_ = true; }
 
   // Several stores, before run_in_scope in a scope the caller opened on the
   // first (holding the batch's inserts): moves to `rest`, in batch order,
@@ -131,6 +135,11 @@ class SagaEngine {
     WideAmount write_reserved = 0;        // as the wave's debits will see it
     WideAmount credited = 0;              // the wave's credits planned so far
     std::string currency;
+    // walk_across: what its passed checks compared (BalanceMove).
+    std::optional<std::int64_t> low;
+    std::optional<std::int64_t> reserved_high;
+    std::optional<std::int64_t> sum_high;
+    bool refused = false;
   };
   // What a walk across stores writes on one store.
   struct WalkWrites {
@@ -144,7 +153,7 @@ class SagaEngine {
   Status step_legs(std::vector<SagaItem>& items);
   Status settle_pending(std::vector<SagaItem>& items);
   Status walk_across(std::vector<SagaItem>& items);
-  Status load_snapshot(std::vector<SagaItem>& items);
+  Status load_snapshot(std::vector<SagaItem>& items, bool lock = true);
   void plan_wave(std::vector<SagaItem>& items);
   Status post_wave(std::vector<SagaItem>& items);
   Status step_compensate_and_release(std::vector<SagaItem>& items);
@@ -196,6 +205,7 @@ class SagaEngine {
   std::vector<WalkWrites> walk_;  // per shard
   bool scoped_ = false;        // this run is one transaction on the only store
   bool across_ = false;        // ... or one on each store (run_across)
+  bool lock_next_walk_ = false;
   bool store_failed_ = false;  // a store call failed during this run
 };
 

@@ -193,11 +193,26 @@ struct WalkVoid {
   bool credit = false;  // the credit leg voided; else the debit
 };
 
-// An account's balance as locked (`from`) and as the walk leaves it (`to`).
+// An account as the walk read it, its balance as the walk leaves it (`to`),
+// and what the walk's checks on it compared: as saga_settle_batch's lock
+// pass (store/postgres/sql/functions.sql), the move stands where the row as
+// locked gives every verdict the walk drew from it.
 struct BalanceMove {
   std::string_view account_id;
-  std::int64_t from = 0;
+  std::int64_t from = 0;  // the balance as read
   std::int64_t to = 0;
+  std::int64_t reserved = 0;  // as read
+  std::int64_t min_balance = 0;
+  std::string_view currency;
+  bool locked = false;
+  // Per check the walk passed (none: not checked): the lowest balance a
+  // debit left, the highest reservation a debit left, the highest
+  // balance + reservation a credit left; and whether a leg was refused
+  // for the balance (then the row must be exactly as read).
+  std::optional<std::int64_t> low;
+  std::optional<std::int64_t> reserved_high;
+  std::optional<std::int64_t> sum_high;
+  bool refused = false;
 };
 
 // ---- admin and audit views -------------------------------------------------
@@ -258,17 +273,25 @@ class StageStore {
     (void)results;
     return Status::fatal("this store cannot settle transfers in one call");
   }
-  // Inside a scope whose load_accounts locked these accounts: writes a
-  // walk's postings and voids (at the store's time) and moves each balance
-  // from `from` to `to`. A balance not at `from` means the lock was not
-  // held: a fatal error. Only backends that say supports_prepare()
-  // implement it.
+  // Inside a scope: writes a walk's postings and voids (at the store's
+  // time) and moves each account's balance by `to - from` where its row,
+  // locked then, still gives the walk's verdicts (BalanceMove). The moves
+  // may be sent last, with the scope's PREPARE or COMMIT, so that the rows
+  // are locked only from there. A move that does not stand fails the scope
+  // (retry_stage): the batch runs again. Only backends that say
+  // supports_prepare() implement it.
   virtual Status write_walk(std::span<const WalkPosting> postings, std::span<const WalkVoid> voids,
                             std::span<const BalanceMove> balances) {
     (void)postings;
     (void)voids;
     (void)balances;
     return Status::fatal("this store cannot write a walk across stores");
+  }
+  // As load_accounts, but inside a scope without locking them (what is
+  // committed as the statement starts).
+  virtual Status read_accounts(std::span<const std::string_view> ids,
+                               std::span<std::optional<Account>> out) {
+    return load_accounts(ids, out);
   }
   // Reads many accounts in one round trip (one consistent snapshot);
   // out[i] is nullopt when ids[i] does not exist. The engine plans a batch

@@ -164,14 +164,27 @@ class MemoryStore final : public Store {
     }
     for (const BalanceMove& m : balances) {
       const auto it = db->accounts_.find(m.account_id);
-      if (it == db->accounts_.end() || it->second.balance != m.from) {
-        return Status::fatal(name_ + ": write_walk: the balance of account " + std::string(m.account_id) +
-                             " was not as locked");
+      if (it == db->accounts_.end() || !move_stands(it->second, m)) {
+        return Status::retry_stage(name_ + ": write_walk: account " + std::string(m.account_id) +
+                                   " no longer gives the walk's verdicts; the batch runs again");
       }
       save_account(tx, it->first);
-      it->second.balance = m.to;
+      it->second.balance += m.to - m.from;
     }
     return tx.commit();
+  }
+
+  // saga_settle_move's condition (store/postgres/sql/functions.sql).
+  static bool move_stands(const Account& a, const BalanceMove& m) {
+    if (a.locked != m.locked || a.currency != m.currency || a.min_balance != m.min_balance) return false;
+    if (a.balance == m.from && a.reserved == m.reserved) return true;
+    __extension__ typedef __int128 Wide;
+    constexpr Wide kMax = INT64_MAX;
+    const Wide moved = static_cast<Wide>(a.balance) - m.from;
+    const Wide grew = static_cast<Wide>(a.reserved) - m.reserved;
+    return !m.refused && (!m.low || *m.low + moved >= a.min_balance) &&
+           (!m.reserved_high || *m.reserved_high + grew <= kMax) &&
+           (!m.sum_high || *m.sum_high + moved + grew <= kMax);
   }
 
   Status prepare_scope(std::string_view gid) override {

@@ -225,6 +225,11 @@ ORDER BY 1;
 SELECT saga_write_settled($1::bigint, $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
     $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[]);
 
+-- Sent with PREPARE or COMMIT (or before a statement that reads balances).
+-- name: saga_walk_move
+SELECT saga_walk_move($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[],
+    $7::boolean[], $8::bigint[], $9::bigint[], $10::bigint[], $11::boolean[]);
+
 -- The first store's scope: its COMMIT commits the batch. No ON CONFLICT: a
 -- row already there (saga_decide recorded an abort) fails the scope.
 -- name: saga_record_decision

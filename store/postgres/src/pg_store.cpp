@@ -353,6 +353,7 @@ class PgStore final : public Store {
     scope_ = Scope::open;
     begin_unsent_ = true;
     queued_.clear();
+    walk_moves_.clear();
     settle_deferred_ = false;
     scope_temp_ = false;
     return Status::ok();
@@ -376,7 +377,11 @@ class PgStore final : public Store {
   Status end_scope(bool commit) override {
     // A failure here marks the scope failed: rolled back below. Every scope
     // ends here, so this is the one place the kept transfers are dropped.
-    if (commit && scope_ == Scope::open) write_behind().ignore();
+    if (commit && scope_ == Scope::open) {
+      write_behind().ignore();
+      queue_walk_moves();  // last before COMMIT: the walk's rows are locked only from here
+    }
+    walk_moves_.clear();
     kept_.clear();
     kept_index_.clear();
     scope_temp_ = false;
@@ -988,6 +993,14 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
+  Status read_accounts(std::span<const std::string_view> ids,
+                       std::span<std::optional<Account>> out) override {
+    unlocked_reads_ = true;
+    Status s = load_accounts(ids, out);
+    unlocked_reads_ = false;
+    return s;
+  }
+
   Status load_accounts_chunk(std::span<const std::string_view> ids,
                              std::span<std::optional<Account>> out) {
     for (std::size_t i = 0; i < ids.size(); ++i) out[i].reset();
@@ -997,7 +1010,7 @@ class PgStore final : public Store {
     Params p;
     if (!add_array(p, std::move(array))) return nul_byte("load accounts");
     ResultPtr r;
-    const Sql sql = scope_ == Scope::none ? Sql::load_accounts : Sql::load_accounts_locked;
+    const Sql sql = scope_ == Scope::none || unlocked_reads_ ? Sql::load_accounts : Sql::load_accounts_locked;
     if (Status s = run(sql, p, r, "load accounts"); !s) return s;
     std::unordered_map<std::string_view, std::size_t> row_of;  // views into r
     for (int row = 0; row < PQntuples(r.get()); ++row) {
@@ -1130,13 +1143,15 @@ class PgStore final : public Store {
 
   bool supports_prepare() const noexcept override { return max_prepared_ > 0; }
 
-  // Split over statements (kStatementMax records of each kind a statement),
-  // every record gets the same time, as in one.
+  // The postings and voids are queued at once; the moves are kept until
+  // the scope's PREPARE or COMMIT (or a statement that reads balances), so
+  // the walk's accounts are locked only from there (walked first, locked
+  // last, as saga_settle_batch). Split over statements (kStatementMax
+  // records of each kind a statement), every record gets the same time.
   Status write_walk(std::span<const WalkPosting> postings, std::span<const WalkVoid> voids,
                     std::span<const BalanceMove> balances) override {
     if (scope_ == Scope::none) return fatal("write walk: runs only inside a batch transaction");
-    const std::size_t n = std::max({postings.size(), voids.size(), balances.size()});
-    if (n == 0) return Status::ok();
+    const std::size_t n = std::max(postings.size(), voids.size());
     std::optional<std::int64_t> now;
     if (n > kStatementMax) {
       if (Status s = now_ms(now.emplace()); !s) return s;
@@ -1146,7 +1161,7 @@ class PgStore final : public Store {
       return all.subspan(from, std::min(kStatementMax, all.size() - from));
     };
     for (std::size_t b = 0; b < n; b += kStatementMax) {
-      ArrayLiteral tr, acc, kind, amount, void_tr, void_acc, void_kind, bal_id, bal_from, bal_to;
+      ArrayLiteral tr, acc, kind, amount, void_tr, void_acc, void_kind, none_id, none_from, none_to;
       for (const WalkPosting& w : piece(postings, b)) {
         if (w.amount <= 0) {
           return fatal("write walk: a posting of transfer " + std::string(w.transfer_id) +
@@ -1162,15 +1177,10 @@ class PgStore final : public Store {
         void_acc.text(v.account_id);
         void_kind.text(v.credit ? "credit" : "debit");
       }
-      for (const BalanceMove& m : piece(balances, b)) {
-        bal_id.text(m.account_id);
-        bal_from.int64(m.from);
-        bal_to.int64(m.to);
-      }
       Params p;
       p.int64_or_null(now);
-      for (ArrayLiteral* a : {&tr, &acc, &kind, &amount, &void_tr, &void_acc, &void_kind, &bal_id,
-                              &bal_from, &bal_to}) {
+      for (ArrayLiteral* a : {&tr, &acc, &kind, &amount, &void_tr, &void_acc, &void_kind, &none_id,
+                              &none_from, &none_to}) {
         if (!add_array(p, std::move(*a))) return nul_byte("write walk");
       }
       // A posting or void already there: another batch took the same new
@@ -1179,7 +1189,38 @@ class PgStore final : public Store {
       if (Status s = enqueue(Sql::write_settled, std::move(p), "write walk", OnUnique::retry); !s)
         return s;
     }
+    if (balances.empty()) return Status::ok();
+    if (Status s = ensure_prepared(Sql::walk_move); !s) return s;
+    for (std::size_t b = 0; b < balances.size(); b += kStatementMax) {
+      ArrayLiteral id, from, to, reserved, min, currency, locked, low, reserved_high, sum_high, refused;
+      for (const BalanceMove& m : piece(balances, b)) {
+        id.text(m.account_id);
+        from.int64(m.from);
+        to.int64(m.to);
+        reserved.int64(m.reserved);
+        min.int64(m.min_balance);
+        currency.text(m.currency);
+        locked.boolean(m.locked);
+        low.int64_or_null(m.low);
+        reserved_high.int64_or_null(m.reserved_high);
+        sum_high.int64_or_null(m.sum_high);
+        refused.boolean(m.refused);
+      }
+      Params p;
+      for (ArrayLiteral* a : {&id, &from, &to, &reserved, &min, &currency, &locked, &low, &reserved_high,
+                              &sum_high, &refused}) {
+        if (!add_array(p, std::move(*a))) return nul_byte("write walk");
+      }
+      walk_moves_.push_back(std::move(p));
+    }
     return Status::ok();
+  }
+
+  // A walk's moves, kept by write_walk, go ahead of the statement queued
+  // next that may read balances, or of PREPARE / COMMIT.
+  void queue_walk_moves() {
+    for (Params& p : walk_moves_) queued_.push_back({Sql::walk_move, std::move(p), "walk moves", OnUnique::fatal});
+    walk_moves_.clear();
   }
 
   // Ends the scope as end_scope(true) would, with PREPARE TRANSACTION in
@@ -1218,6 +1259,7 @@ class PgStore final : public Store {
     std::string prepare;
     if (Status s = gid_literal(gid, op, prepare); !s) return refuse(std::move(s));
     prepare.insert(0, "PREPARE TRANSACTION ");
+    queue_walk_moves();  // last before PREPARE: the walk's rows are locked only from here
     const char* const ending[] = {prepare.c_str()};
     ResultPtr r;
     // A connection lost here leaves it unknown whether the transaction was
@@ -1667,6 +1709,7 @@ class PgStore final : public Store {
            sql == Sql::now || sql == Sql::record_decision || sql == Sql::forget_decisions;
   }
   Status queue_settle_apply() {
+    queue_walk_moves();
     if (!settle_deferred_) return Status::ok();
     if (Status s = ensure_prepared(Sql::settle_apply); !s) return s;  // fails the scope
     settle_deferred_ = false;
@@ -1920,6 +1963,8 @@ class PgStore final : public Store {
   std::vector<Queued> queued_;
   // A walk of the open scope waits for its lock pass (saga_settle_apply).
   bool settle_deferred_ = false;
+  std::vector<Params> walk_moves_;  // write_walk's, until PREPARE / COMMIT
+  bool unlocked_reads_ = false;     // read_accounts: load_accounts without locks inside a scope
   // The open scope ran a call that uses the session's temporary tables
   // (saga_scope_pending, saga_scope_settle): it cannot be prepared.
   bool scope_temp_ = false;

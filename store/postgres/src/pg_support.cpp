@@ -87,6 +87,17 @@ void ArrayLiteral::int64(std::int64_t v) {
   out_ += std::to_string(v);
 }
 
+void ArrayLiteral::int64_or_null(std::optional<std::int64_t> v) {
+  if (v) return int64(*v);
+  separator();
+  out_ += "NULL";
+}
+
+void ArrayLiteral::boolean(bool v) {
+  separator();
+  out_.push_back(v ? 't' : 'f');
+}
+
 std::string ArrayLiteral::finish() && {
   out_.push_back('}');
   return std::move(out_);

@@ -88,6 +88,8 @@ class ArrayLiteral {
   ArrayLiteral() { out_.push_back('{'); }
   void text(std::string_view s);
   void int64(std::int64_t v);
+  void int64_or_null(std::optional<std::int64_t> v);
+  void boolean(bool v);
   bool ok() const noexcept { return ok_; }
   std::string finish() &&;
 

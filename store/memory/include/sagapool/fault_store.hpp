@@ -120,6 +120,10 @@ class FaultStore final : public Store {
                        std::span<std::optional<Account>> out) override {
     return call("load_accounts", [&] { return inner_->load_accounts(ids, out); });
   }
+  Status read_accounts(std::span<const std::string_view> ids,
+                       std::span<std::optional<Account>> out) override {
+    return call("read_accounts", [&] { return inner_->read_accounts(ids, out); });
+  }
   Status set_locked(std::string_view id, bool locked, bool& found) override {
     return call("set_locked", [&] { return inner_->set_locked(id, locked, found); });
   }
