@@ -440,7 +440,13 @@ Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
     }
   }
   const auto started = Clock::now();
-  for (std::size_t s = 0; s < snapshot_ids_.size(); ++s) {
+  // Across stores the first store comes last: the walk's moves lock the
+  // others with their PREPAREs and the first with its COMMIT, so a walk
+  // that reads locked takes them in that order too (batches never wait on
+  // each other across servers in a cycle, which no server could see).
+  const std::size_t count = snapshot_ids_.size();
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::size_t s = across_ ? (k + 1) % count : k;
     if (snapshot_ids_[s].empty()) continue;
     snapshot_.resize(snapshot_ids_[s].size());
     Status st = with_retries("plan", [&] {

@@ -1075,6 +1075,70 @@ TEST(AcrossStores, ResolvePreparedFinishesWhatAWorkerLeftAsTheDecisionSays) {
   }
 }
 
+// Which store each read goes to, in order: "<store>:<call>".
+class ReadLog final : public sim::FaultHooks {
+ public:
+  ReadLog(std::vector<std::string>& log, std::size_t store) : log_(log), store_(store) {}
+  Status on_call(std::string_view op, sim::Phase phase, bool) override {
+    if (phase == sim::Phase::before && (op == "read_accounts" || op == "load_accounts")) {
+      log_.push_back(std::to_string(store_) + ":" + std::string(op));
+    }
+    return Status::ok();
+  }
+
+ private:
+  std::vector<std::string>& log_;
+  std::size_t store_;
+};
+
+// Walked first, locked last: the accounts are read unlocked; locked when
+// one has no row, and for the batch after one that failed. Either way the
+// first store comes last, as the moves lock it last.
+TEST(AcrossStores, AccountsAreReadLockedOnlyForAnUnknownAccountOrAfterAFailedBatch) {
+  std::vector<std::string> log;
+  ReadLog first(log, 0), second(log, 1);
+  ReadLog* hooks[] = {&first, &second};
+  std::vector<std::unique_ptr<Store>> stores;
+  auto clock = std::make_shared<sim::WallClock>();
+  for (ReadLog* h : hooks) {
+    sim::MemoryOptions o;
+    o.prepare = true;
+    stores.push_back(std::make_unique<sim::FaultStore>(sim::connect(sim::make_memory_db(clock, o)), *h));
+  }
+  std::unique_ptr<Ledger> ledger = Ledger::from_stores(std::move(stores));
+  ASSERT_TRUE(ledger->init().is_ok());
+  const std::string a = id_on_shard(*ledger, "a", 0), b = id_on_shard(*ledger, "b", 1),
+                    ghost = id_on_shard(*ledger, "ghost", 1);
+  ASSERT_TRUE(create_accounts(*ledger, {{a, 100}, {b, 0}}).is_ok());
+  SagaEngine engine(*ledger, {std::string(kOwner), kLeaseMs, 5}, nullptr);
+  TwoPhaseBatch batch(*ledger, kOwner);
+  auto run = [&](const std::vector<Req>& reqs) {
+    log.clear();
+    std::vector<SagaItem> items;
+    for (const Req& r : reqs) items.push_back(fresh_item(r));
+    Status s = batch.begin();
+    if (s) s = insert(*ledger, reqs, kOwner);
+    if (s) s = engine.run_across(items);
+    if (s) s = batch.commit();
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    return items;
+  };
+  run({{"t-1", a, b, 10, ""}});
+  EXPECT_EQ(log, (std::vector<std::string>{"1:read_accounts", "0:read_accounts"}));
+  const std::vector<SagaItem> unknown = run({{"t-2", a, ghost, 10, ""}});
+  EXPECT_EQ(log, (std::vector<std::string>{"1:read_accounts", "0:read_accounts", "1:load_accounts",
+                                           "0:load_accounts"}));
+  EXPECT_EQ(unknown[0].reason, Reason::unknown_account);
+  engine.lock_next_walk();
+  run({{"t-3", a, b, 10, ""}});
+  EXPECT_EQ(log, (std::vector<std::string>{"1:load_accounts", "0:load_accounts"}));
+  run({{"t-4", a, b, 10, ""}});
+  EXPECT_EQ(log, (std::vector<std::string>{"1:read_accounts", "0:read_accounts"}));
+  EXPECT_EQ(balance(*ledger, a), 70);
+  EXPECT_EQ(balance(*ledger, b), 30);
+  EXPECT_TRUE(audit_passes(*ledger));
+}
+
 // A decision that never committed is recorded as an abort by whoever asks
 // first, so the batch's first store can never commit it afterwards.
 TEST(AcrossStores, AnUndecidedBatchCanNoLongerCommitOnceDecided) {

@@ -99,11 +99,13 @@ class SagaEngine {
   // Several stores, each with a scope the caller opened (the first holding
   // the batch's inserts), all of which can prepare (Store::supports_prepare):
   // runs every item whole, in batch order, as one store's settle_sagas does.
-  // Each store locks the batch's accounts it holds (load_accounts), the
-  // stores in their order; the sagas are walked here over what they read;
-  // each store is sent what they write there (write_walk). The caller then
-  // prepares the other stores' scopes and commits the first (TwoPhaseBatch).
-  // Any failed store call fails the whole run, as in run_in_scope.
+  // Each store reads the batch's accounts it holds (read_accounts, or
+  // load_accounts, locked, after lock_next_walk or for an unknown account);
+  // the sagas are walked here over what they read; each store is sent what
+  // they write there (write_walk), its moves locking the accounts last. The
+  // caller then prepares the other stores' scopes and commits the first
+  // (TwoPhaseBatch). Any failed store call fails the whole run, as in
+  // run_in_scope.
   Status run_across(std::vector<SagaItem>& items);
   // The next run_across reads its accounts locked from the start, instead
   // of locking them with its writes: after a batch whose moves did not
