@@ -1003,29 +1003,42 @@ TEST(AcrossStores, SeededBatchesEqualOneByOneRunsOnThreeStoresWithHotAccounts) {
   compare_batch_with_one_by_one(dir.path() / "disjoint", 3, true, RunMode::across);
 }
 
+// One transfer of 60 from `a` (the first store, 100) to `b` (the second),
+// inserted and walked in a batch across both stores, not yet committed.
+struct OneAcross {
+  std::unique_ptr<Ledger> ledger = preparing_ledger(2);
+  std::string a = id_on_shard(*ledger, "a", 0);
+  std::string b = id_on_shard(*ledger, "b", 1);
+  SagaEngine engine{*ledger, {std::string(kOwner), kLeaseMs, 5}, nullptr};
+  TwoPhaseBatch batch{*ledger, kOwner};
+  std::vector<SagaItem> items;
+
+  void walk() {
+    ASSERT_TRUE(create_accounts(*ledger, {{a, 100}, {b, 0}}).is_ok());
+    const std::vector<Req> reqs = {{"t-1", a, b, 60, ""}};
+    items = {fresh_item(reqs[0])};
+    ASSERT_TRUE(batch.begin().is_ok());
+    ASSERT_TRUE(insert(*ledger, reqs, kOwner).is_ok());
+    ASSERT_TRUE(engine.run_across(items).is_ok());
+  }
+};
+
 // A transaction across stores: nothing of it is visible before the first
 // store's commit, and the other stores hold it prepared until finished.
 TEST(AcrossStores, AFailedPrepareRollsEveryStoreBack) {
-  std::unique_ptr<Ledger> ledger = preparing_ledger(2);
-  const std::string a = id_on_shard(*ledger, "a", 0), b = id_on_shard(*ledger, "b", 1);
-  ASSERT_TRUE(create_accounts(*ledger, {{a, 100}, {b, 0}}).is_ok());
-  const std::vector<Req> reqs = {{"t-1", a, b, 60, ""}};
-  std::vector<SagaItem> items = {fresh_item(reqs[0])};
-  SagaEngine engine(*ledger, {std::string(kOwner), kLeaseMs, 5}, nullptr);
-  TwoPhaseBatch batch(*ledger, kOwner);
-  ASSERT_TRUE(batch.begin().is_ok());
-  ASSERT_TRUE(insert(*ledger, reqs, kOwner).is_ok());
-  ASSERT_TRUE(engine.run_across(items).is_ok());
-  EXPECT_EQ(items[0].state, S::done);
+  OneAcross t;
+  ASSERT_NO_FATAL_FAILURE(t.walk());
+  Ledger& ledger = *t.ledger;
+  EXPECT_EQ(t.items[0].state, S::done);
   // The second store's scope is gone (a lost connection): its prepare fails.
-  ASSERT_TRUE(ledger->shard(1).end_scope(false).is_ok());
-  EXPECT_FALSE(batch.commit().is_ok());
-  EXPECT_FALSE(load(*ledger, "t-1").has_value());
-  EXPECT_EQ(balance(*ledger, a), 100);
-  EXPECT_EQ(balance(*ledger, b), 0);
-  EXPECT_TRUE(posting_rows(*ledger).empty());
+  ASSERT_TRUE(ledger.shard(1).end_scope(false).is_ok());
+  EXPECT_FALSE(t.batch.commit().is_ok());
+  EXPECT_FALSE(load(ledger, "t-1").has_value());
+  EXPECT_EQ(balance(ledger, t.a), 100);
+  EXPECT_EQ(balance(ledger, t.b), 0);
+  EXPECT_TRUE(posting_rows(ledger).empty());
   std::vector<std::string> decided;
-  ASSERT_TRUE(ledger->transfers().list_decisions(0, 10, decided).is_ok());
+  ASSERT_TRUE(ledger.transfers().list_decisions(0, 10, decided).is_ok());
   EXPECT_TRUE(decided.empty());
 }
 
@@ -1034,44 +1047,37 @@ TEST(AcrossStores, AFailedPrepareRollsEveryStoreBack) {
 // rolls the first back and finishes the second.
 TEST(AcrossStores, ResolvePreparedFinishesWhatAWorkerLeftAsTheDecisionSays) {
   for (const bool committed : {false, true}) {
-    std::unique_ptr<Ledger> ledger = preparing_ledger(2);
-    const std::string a = id_on_shard(*ledger, "a", 0), b = id_on_shard(*ledger, "b", 1);
-    ASSERT_TRUE(create_accounts(*ledger, {{a, 100}, {b, 0}}).is_ok());
-    const std::vector<Req> reqs = {{"t-1", a, b, 60, ""}};
-    std::vector<SagaItem> items = {fresh_item(reqs[0])};
-    SagaEngine engine(*ledger, {std::string(kOwner), kLeaseMs, 5}, nullptr);
-    TwoPhaseBatch batch(*ledger, kOwner);
-    ASSERT_TRUE(batch.begin().is_ok());
-    ASSERT_TRUE(insert(*ledger, reqs, kOwner).is_ok());
-    ASSERT_TRUE(engine.run_across(items).is_ok());
+    OneAcross t;
+    ASSERT_NO_FATAL_FAILURE(t.walk());
+    Ledger& ledger = *t.ledger;
     // What TwoPhaseBatch::commit does, stopped where a crash would stop it.
     std::vector<std::string> prepared;
-    ASSERT_TRUE(ledger->shard(1).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
+    ASSERT_TRUE(ledger.shard(1).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
     ASSERT_TRUE(prepared.empty());
     std::vector<std::string> decided;
-    ASSERT_TRUE(ledger->transfers().list_decisions(0, 10, decided).is_ok());
+    ASSERT_TRUE(ledger.transfers().list_decisions(0, 10, decided).is_ok());
     ASSERT_EQ(decided.size(), 1u);
     const std::string gid = decided[0];
-    ASSERT_TRUE(ledger->shard(1).prepare_scope(gid).is_ok());
-    ASSERT_TRUE(ledger->transfers().end_scope(committed).is_ok());
-    ASSERT_TRUE(ledger->shard(1).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
+    ASSERT_TRUE(ledger.shard(1).prepare_scope(gid).is_ok());
+    ASSERT_TRUE(ledger.transfers().end_scope(committed).is_ok());
+    ASSERT_TRUE(ledger.shard(1).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
     ASSERT_EQ(prepared, std::vector<std::string>{gid});
     // While prepared the second store is locked, as its rows would be.
     std::optional<Account> locked;
-    EXPECT_EQ(ledger->shard(1).load_account(b, locked).kind(), ErrorKind::retry_call);
+    EXPECT_EQ(ledger.shard(1).load_account(t.b, locked).kind(), ErrorKind::retry_call);
     ResolveCounts counts;
-    ASSERT_TRUE(resolve_prepared(*ledger, 0, counts).is_ok());
+    ASSERT_TRUE(resolve_prepared(ledger, 0, counts).is_ok());
     EXPECT_EQ(counts.committed, committed ? 1u : 0u);
     EXPECT_EQ(counts.rolled_back, committed ? 0u : 1u);
     EXPECT_EQ(counts.forgotten, 1u);  // the decision, once nothing is prepared under it
-    ASSERT_TRUE(ledger->shard(1).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
+    ASSERT_TRUE(ledger.shard(1).list_prepared(kBatchGidPrefix, 0, prepared).is_ok());
     EXPECT_TRUE(prepared.empty());
-    ASSERT_TRUE(ledger->transfers().list_decisions(0, 10, decided).is_ok());
+    ASSERT_TRUE(ledger.transfers().list_decisions(0, 10, decided).is_ok());
     EXPECT_TRUE(decided.empty());
-    EXPECT_EQ(load(*ledger, "t-1").has_value(), committed);
-    EXPECT_EQ(balance(*ledger, a), committed ? 40 : 100);
-    EXPECT_EQ(balance(*ledger, b), committed ? 60 : 0);
-    EXPECT_TRUE(audit_passes(*ledger));
+    EXPECT_EQ(load(ledger, "t-1").has_value(), committed);
+    EXPECT_EQ(balance(ledger, t.a), committed ? 40 : 100);
+    EXPECT_EQ(balance(ledger, t.b), committed ? 60 : 0);
+    EXPECT_TRUE(audit_passes(ledger));
   }
 }
 

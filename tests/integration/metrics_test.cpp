@@ -263,7 +263,10 @@ TEST_F(MetricsTest, StoreGaugesShowUnfinishedAndStuckTransfers) {
   ASSERT_TRUE(eventually(
       [&] {
         s = scrape(port);
+        // The counter exists from the start and counts once the outcome is
+        // published, after the store's gauges already show the transfer done.
         return s.has("saga_transfers_finished_total{outcome=\"done\",reason=\"none\"}") &&
+               s.at("saga_transfers_finished_total{outcome=\"done\",reason=\"none\"}") == 1 &&
                s.sum("saga_transfers") == 0 && s.sum("saga_stuck_transfers") == 0 &&
                s.at(R"(saga_recoveries_total{state="initial"})") == 1;
       },

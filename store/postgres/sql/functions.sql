@@ -596,8 +596,8 @@ BEGIN
   END IF;
 END $$;
 
--- saga_settle's writes of one walk: its postings, in walk order, and its
--- voids.
+-- saga_settle's writes of one walk, or one store's share of a walk across
+-- stores (Store::write_walk): its postings, in walk order, and its voids.
 CREATE OR REPLACE FUNCTION saga_write_walk(p_now bigint, p_tr text[], p_acc text[], p_kind text[],
     p_amount bigint[], p_void_tr text[], p_void_acc text[], p_void_kind text[])
   RETURNS void LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
@@ -611,33 +611,6 @@ BEGIN
   IF cardinality(p_void_tr) > 0 THEN
     INSERT INTO saga_leg_voids (transfer_id, account_id, kind, at_ms)
       SELECT x.tr, x.acc, x.kind, p_now FROM unnest(p_void_tr, p_void_acc, p_void_kind) AS x(tr, acc, kind);
-  END IF;
-END $$;
-
--- A batch across stores (Store::write_walk): what the engine's walk over
--- accounts this transaction locked (saga_load_accounts_locked) writes on
--- this store. Its postings and voids (at p_now, NULL for now), and each
--- balance moved from what the walk read to what it leaves. A balance not as
--- read means the lock was not held: SGW02, which the store reports as fatal
--- (the transaction, and so the batch, fails whole).
-CREATE OR REPLACE FUNCTION saga_write_settled(p_now bigint, p_tr text[], p_acc text[],
-    p_kind text[], p_amount bigint[], p_void_tr text[], p_void_acc text[], p_void_kind text[],
-    p_bal_id text[], p_bal_from bigint[], p_bal_to bigint[])
-  RETURNS void LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-  v_rows bigint;
-BEGIN
-  PERFORM saga_write_walk(coalesce(p_now, saga_now_ms()), p_tr, p_acc, p_kind, p_amount,
-                          p_void_tr, p_void_acc, p_void_kind);
-  IF cardinality(p_bal_id) > 0 THEN
-    UPDATE saga_accounts a SET balance = x.bal_to
-      FROM unnest(p_bal_id, p_bal_from, p_bal_to) AS x(id, bal_from, bal_to)
-      WHERE a.id = x.id AND a.balance = x.bal_from;
-    GET DIAGNOSTICS v_rows = ROW_COUNT;
-    IF v_rows <> cardinality(p_bal_id) THEN
-      RAISE EXCEPTION 'write walk: a balance was not as locked (% of % accounts as read)',
-        v_rows, cardinality(p_bal_id) USING ERRCODE = 'SGW02';
-    END IF;
   END IF;
 END $$;
 

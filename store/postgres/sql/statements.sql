@@ -219,11 +219,12 @@ ORDER BY 1;
 
 -- ---- batches across stores (store.hpp, TwoPhaseStore) ----------------------
 
--- Queued inside a scope (rides with the next statement waited for, or with
+-- A walk's postings and voids (Store::write_walk), at $1 or now. Queued
+-- inside a scope (rides with the next statement waited for, or with
 -- PREPARE / COMMIT).
--- name: saga_write_settled
-SELECT saga_write_settled($1::bigint, $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
-    $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[]);
+-- name: saga_write_walk
+SELECT saga_write_walk(coalesce($1::bigint, saga_now_ms()), $2::text[], $3::text[], $4::text[],
+    $5::bigint[], $6::text[], $7::text[], $8::text[]);
 
 -- Sent with PREPARE or COMMIT (or before a statement that reads balances).
 -- name: saga_walk_move

@@ -1161,7 +1161,7 @@ class PgStore final : public Store {
       return all.subspan(from, std::min(kStatementMax, all.size() - from));
     };
     for (std::size_t b = 0; b < n; b += kStatementMax) {
-      ArrayLiteral tr, acc, kind, amount, void_tr, void_acc, void_kind, none_id, none_from, none_to;
+      ArrayLiteral tr, acc, kind, amount, void_tr, void_acc, void_kind;
       for (const WalkPosting& w : piece(postings, b)) {
         if (w.amount <= 0) {
           return fatal("write walk: a posting of transfer " + std::string(w.transfer_id) +
@@ -1179,14 +1179,13 @@ class PgStore final : public Store {
       }
       Params p;
       p.int64_or_null(now);
-      for (ArrayLiteral* a : {&tr, &acc, &kind, &amount, &void_tr, &void_acc, &void_kind, &none_id,
-                              &none_from, &none_to}) {
+      for (ArrayLiteral* a : {&tr, &acc, &kind, &amount, &void_tr, &void_acc, &void_kind}) {
         if (!add_array(p, std::move(*a))) return nul_byte("write walk");
       }
       // A posting or void already there: another batch took the same new
       // transfer and committed first (as in settle); run again, the batch
       // finds it a duplicate.
-      if (Status s = enqueue(Sql::write_settled, std::move(p), "write walk", OnUnique::retry); !s)
+      if (Status s = enqueue(Sql::write_walk, std::move(p), "write walk", OnUnique::retry); !s)
         return s;
     }
     if (balances.empty()) return Status::ok();

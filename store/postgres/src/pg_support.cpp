@@ -135,10 +135,8 @@ Failure classify(std::string_view sqlstate, bool connection_bad, bool unique_mea
     return Failure::retry_call;
   }
   if (sqlstate.starts_with("53")) return Failure::retry_stage;  // disk full, out of memory
-  // saga_settle_apply: a deferred walk no longer stands (functions.sql).
+  // saga_settle_apply, saga_walk_move: a walk no longer stands (functions.sql).
   if (sqlstate == "SGW01") return Failure::retry_stage;
-  // saga_write_settled: a walk's balance was not as its scope locked it.
-  if (sqlstate == "SGW02") return Failure::fatal;
   if (sqlstate == "23505" && unique_means_applied) return Failure::already_applied;
   if (connection_bad) return Failure::connection;
   return Failure::fatal;
