@@ -57,9 +57,7 @@ void TwoPhaseBatch::rollback() {
 Status TwoPhaseBatch::commit() {
   for (std::size_t i = 1; i < ledger_.shard_count(); ++i) {
     if (Status s = ledger_.shard(i).prepare_scope(gid_); !s) {
-      ledger_.transfers().end_scope(false).ignore();
-      for (std::size_t j = i; j < ledger_.shard_count(); ++j) ledger_.shard(j).end_scope(false).ignore();
-      // The decision is gone with the first store's scope: an abort.
+      rollback();  // the decision is gone with the first store's scope: an abort
       if (!finish_others(false)) in_doubt_ = true;
       return s;
     }

@@ -624,31 +624,18 @@ CREATE OR REPLACE FUNCTION saga_walk_move(p_id text[], p_bal0 bigint[], p_bal bi
     p_res0 bigint[], p_min bigint[], p_cur text[], p_locked boolean[], p_low bigint[],
     p_res bigint[], p_sum bigint[], p_refused boolean[])
   RETURNS void LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-  a_id text[];
-  a_bal bigint[];
-  a_bal0 bigint[];
-  a_res0 bigint[];
-  a_min bigint[];
-  a_cur text[];
-  a_locked boolean[];
-  b_low bigint[];
-  b_res bigint[];
-  b_sum numeric[];
-  b_refused boolean[];
 BEGIN
   IF coalesce(cardinality(p_id), 0) = 0 THEN
     RETURN;
   END IF;
-  SELECT array_agg(x.id ORDER BY x.id), array_agg(x.bal ORDER BY x.id), array_agg(x.bal0 ORDER BY x.id),
-      array_agg(x.res0 ORDER BY x.id), array_agg(x.min ORDER BY x.id), array_agg(x.cur ORDER BY x.id),
-      array_agg(x.locked ORDER BY x.id), array_agg(x.low ORDER BY x.id), array_agg(x.res ORDER BY x.id),
-      array_agg(x.sum::numeric ORDER BY x.id), array_agg(nullif(x.refused, false) ORDER BY x.id)
-    INTO a_id, a_bal, a_bal0, a_res0, a_min, a_cur, a_locked, b_low, b_res, b_sum, b_refused
-    FROM unnest(p_id, p_bal0, p_bal, p_res0, p_min, p_cur, p_locked, p_low, p_res, p_sum, p_refused)
-      AS x(id, bal0, bal, res0, min, cur, locked, low, res, sum, refused);
-  IF saga_settle_move(a_id, a_bal, a_bal0, a_res0, a_min, a_cur, a_locked, b_low, b_res, b_sum,
-                      b_refused) <> cardinality(a_id) THEN
+  IF (SELECT saga_settle_move(array_agg(x.id ORDER BY x.id), array_agg(x.bal ORDER BY x.id),
+          array_agg(x.bal0 ORDER BY x.id), array_agg(x.res0 ORDER BY x.id),
+          array_agg(x.min ORDER BY x.id), array_agg(x.cur ORDER BY x.id),
+          array_agg(x.locked ORDER BY x.id), array_agg(x.low ORDER BY x.id),
+          array_agg(x.res ORDER BY x.id), array_agg(x.sum::numeric ORDER BY x.id),
+          array_agg(nullif(x.refused, false) ORDER BY x.id))
+        FROM unnest(p_id, p_bal0, p_bal, p_res0, p_min, p_cur, p_locked, p_low, p_res, p_sum, p_refused)
+          AS x(id, bal0, bal, res0, min, cur, locked, low, res, sum, refused)) <> cardinality(p_id) THEN
     RAISE EXCEPTION 'a walk across stores no longer stands on its accounts as locked; the batch runs again'
       USING ERRCODE = 'SGW01';
   END IF;

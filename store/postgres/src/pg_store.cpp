@@ -963,8 +963,19 @@ class PgStore final : public Store {
   // global order across the statements, as one statement would.
   Status load_accounts(std::span<const std::string_view> ids,
                        std::span<std::optional<Account>> out) override {
+    return read_accounts_as(scope_ == Scope::none ? Sql::load_accounts : Sql::load_accounts_locked, ids, out);
+  }
+
+  Status read_accounts(std::span<const std::string_view> ids,
+                       std::span<std::optional<Account>> out) override {
+    return read_accounts_as(Sql::load_accounts, ids, out);
+  }
+
+  // `sql`: load_accounts, or inside a scope load_accounts_locked.
+  Status read_accounts_as(Sql sql, std::span<const std::string_view> ids,
+                          std::span<std::optional<Account>> out) {
     if (Status s = check_results(ids.size(), out.size(), "load accounts"); !s) return s;
-    if (ids.size() <= kStatementMax) return load_accounts_chunk(ids, out);
+    if (ids.size() <= kStatementMax) return load_accounts_chunk(sql, ids, out);
     std::vector<std::string_view> sorted(ids.begin(), ids.end());
     std::sort(sorted.begin(), sorted.end());
     sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
@@ -978,7 +989,7 @@ class PgStore final : public Store {
     }
     for (std::size_t b = 0; b < sorted.size(); b += kStatementMax) {
       const std::size_t n = std::min(kStatementMax, sorted.size() - b);
-      if (Status s = load_accounts_chunk(std::span(sorted).subspan(b, n),
+      if (Status s = load_accounts_chunk(sql, std::span(sorted).subspan(b, n),
                                          std::span(found).subspan(b, n));
           !s)
         return s;
@@ -993,15 +1004,7 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
-  Status read_accounts(std::span<const std::string_view> ids,
-                       std::span<std::optional<Account>> out) override {
-    unlocked_reads_ = true;
-    Status s = load_accounts(ids, out);
-    unlocked_reads_ = false;
-    return s;
-  }
-
-  Status load_accounts_chunk(std::span<const std::string_view> ids,
+  Status load_accounts_chunk(Sql sql, std::span<const std::string_view> ids,
                              std::span<std::optional<Account>> out) {
     for (std::size_t i = 0; i < ids.size(); ++i) out[i].reset();
     if (ids.empty()) return Status::ok();
@@ -1010,7 +1013,6 @@ class PgStore final : public Store {
     Params p;
     if (!add_array(p, std::move(array))) return nul_byte("load accounts");
     ResultPtr r;
-    const Sql sql = scope_ == Scope::none || unlocked_reads_ ? Sql::load_accounts : Sql::load_accounts_locked;
     if (Status s = run(sql, p, r, "load accounts"); !s) return s;
     std::unordered_map<std::string_view, std::size_t> row_of;  // views into r
     for (int row = 0; row < PQntuples(r.get()); ++row) {
@@ -1963,7 +1965,6 @@ class PgStore final : public Store {
   // A walk of the open scope waits for its lock pass (saga_settle_apply).
   bool settle_deferred_ = false;
   std::vector<Params> walk_moves_;  // write_walk's, until PREPARE / COMMIT
-  bool unlocked_reads_ = false;     // read_accounts: load_accounts without locks inside a scope
   // The open scope ran a call that uses the session's temporary tables
   // (saga_scope_pending, saga_scope_settle): it cannot be prepared.
   bool scope_temp_ = false;
