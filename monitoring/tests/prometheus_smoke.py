@@ -79,6 +79,10 @@ def exposition(worker):
     metric("saga_oldest_transfer_timestamp_seconds", "gauge",
            [({"state": s}, 0 if s == "applied" else now - 3) for s in STATES])
     metric("saga_stuck_transfers", "gauge", [({"state": s}, 0) for s in STATES[:4]])
+    # Two stores: a batch is prepared on the second for an instant.
+    metric("saga_prepared_batches", "gauge", [({"shard": "0"}, 0), ({"shard": "1"}, 1)])
+    metric("saga_oldest_prepared_batch_timestamp_seconds", "gauge",
+           [({"shard": "0"}, 0), ({"shard": "1"}, now - 1)])
     metric("saga_kafka_consumer_lag", "gauge",
            [({"topic": "transfers.requests", "partition": str(p)}, 5 + p)
             for p in range(worker * 2, worker * 2 + 2)])

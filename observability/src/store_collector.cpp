@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "sagapool/two_phase.hpp"
+
 namespace sagapool {
 namespace {
 
@@ -31,9 +33,10 @@ prometheus::MetricFamily gauge_family(const char* name, const char* help) {
   return f;
 }
 
-void add_gauge(prometheus::MetricFamily& f, std::string_view state, double value) {
+void add_gauge(prometheus::MetricFamily& f, std::string_view label_value, double value,
+               const char* label = "state") {
   prometheus::ClientMetric& m = f.metric.emplace_back();
-  if (!state.empty()) m.label.push_back({"state", std::string(state)});
+  if (!label_value.empty()) m.label.push_back({label, std::string(label_value)});
   m.gauge.value = value;
 }
 
@@ -94,6 +97,20 @@ void StoreCollector::refresh_stats_locked(Clock::time_point now) const {
   if (stats_.asked != Clock::time_point{} && now - stats_.asked < stats_.ttl) return;
   StateStatsTable table{};
   const Status s = ledger_->transfers().state_stats(table);
+  // Batches across stores left prepared, on every store that can prepare.
+  // A store that does not answer loses its own series only: the first
+  // store's gauges matter most while another store is out.
+  stats_.prepared.clear();
+  for (std::size_t i = 0; i < ledger_->shard_count(); ++i) {
+    Store& store = ledger_->shard(i);
+    if (!store.supports_prepare()) continue;
+    PreparedStats p;
+    if (const Status ps = store.prepared_stats(kBatchGidPrefix, p); !ps) {
+      note_error_locked("stats", ps, Clock::now());
+      continue;
+    }
+    stats_.prepared.emplace_back(i, p);
+  }
   const auto done = Clock::now();
   stats_.asked = done;
   stats_.ttl = std::max<Clock::duration>(options_.stats_ttl, 10 * (done - now));
@@ -149,6 +166,23 @@ std::vector<prometheus::MetricFamily> StoreCollector::Collect() const {
       out.push_back(std::move(stuck));
       out.push_back(std::move(unpublished));
       out.push_back(std::move(unpublished_oldest));
+    }
+    if (!stats_.prepared.empty()) {
+      auto prepared = gauge_family("saga_prepared_batches",
+                                   "Transactions of batches across stores prepared on this store "
+                                   "and not yet committed or rolled back, per store");
+      auto prepared_oldest = gauge_family(
+          "saga_oldest_prepared_batch_timestamp_seconds",
+          "When (Unix seconds) the oldest transaction of a batch across stores still prepared "
+          "on this store was prepared, per store; 0 when there is none");
+      for (const auto& [shard, p] : stats_.prepared) {
+        const std::string name = std::to_string(shard);
+        add_gauge(prepared, name, static_cast<double>(p.count), "shard");
+        add_gauge(prepared_oldest, name, p.count > 0 ? static_cast<double>(p.oldest_ms) / 1000.0 : 0.0,
+                  "shard");
+      }
+      out.push_back(std::move(prepared));
+      out.push_back(std::move(prepared_oldest));
     }
   }
   std::lock_guard lock(imb_mu_);

@@ -334,8 +334,9 @@ TEST_F(PgTwoPhase, OnlyAWalksScopeIsPrepared) {
 }
 
 // This database's prepared transactions, by prefix (not a pattern) and by
-// age on the server's clock, oldest first.
-TEST_F(PgTwoPhase, ListPreparedFiltersByPrefixAndAge) {
+// age on the server's clock, oldest first; counted with the oldest's time
+// for monitoring.
+TEST_F(PgTwoPhase, PreparedTransactionsAreListedAndCountedByPrefixAndAge) {
   other_db_ = db_ + "_other";
   std::unique_ptr<Store> elsewhere = open(server_.create_database(other_db_));
   ASSERT_NE(elsewhere, nullptr);
@@ -368,10 +369,35 @@ TEST_F(PgTwoPhase, ListPreparedFiltersByPrefixAndAge) {
   EXPECT_TRUE(gids.empty());
   SAGA_ASSERT_OK(s1_->list_prepared("%", 0, gids));
   EXPECT_TRUE(gids.empty());
+
+  std::int64_t now = 0;
+  SAGA_ASSERT_OK(s1_->now_ms(now));
+  PreparedStats p1;
+  PreparedStats q1;
+  PreparedStats all;
+  SAGA_ASSERT_OK(s1_->prepared_stats("p1-", p1));
+  SAGA_ASSERT_OK(s1_->prepared_stats("q1-", q1));
+  SAGA_ASSERT_OK(s1_->prepared_stats("", all));
+  EXPECT_EQ(p1.count, 2);
+  EXPECT_EQ(q1.count, 1);
+  EXPECT_EQ(all.count, 3);
+  // p1-old, 1.5 s before q1-new.
+  EXPECT_EQ(all.oldest_ms, p1.oldest_ms);
+  EXPECT_GE(q1.oldest_ms - p1.oldest_ms, 1400);
+  EXPECT_LE(q1.oldest_ms, now);
+  EXPECT_GE(p1.oldest_ms, now - 60'000);
+  PreparedStats none;
+  SAGA_ASSERT_OK(s1_->prepared_stats("p_-", none));
+  EXPECT_EQ(none.count, 0);
+  EXPECT_EQ(none.oldest_ms, 0);
+
   for (const char* gid : {"p1-old", "p1-new", "q1-new"}) {
     SAGA_EXPECT_OK(s1_->finish_prepared(gid, false));
   }
   SAGA_EXPECT_OK(elsewhere->finish_prepared("p1-elsewhere", false));
+  SAGA_ASSERT_OK(s1_->prepared_stats("", all));
+  EXPECT_EQ(all.count, 0);
+  EXPECT_EQ(all.oldest_ms, 0);
 }
 
 TEST_F(PgTwoPhase, ADecisionCommittedWithItsScopeDecidesCommitted) {

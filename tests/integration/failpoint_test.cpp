@@ -15,6 +15,7 @@
 #include <set>
 
 #include "ferret_server.hpp"
+#include "http_get.hpp"
 #include "kafka_client.hpp"
 #include "pg_server.hpp"
 #include "process.hpp"
@@ -97,9 +98,11 @@ class FailpointTest : public ::testing::Test {
     produce(broker_->bootstrap(), "transfers.requests", messages);
   }
 
-  Process start_worker(const std::string& name, const std::vector<std::string>& env = {}) {
+  // metrics_port 0: no /metrics.
+  Process start_worker(const std::string& name, const std::vector<std::string>& env = {}, int metrics_port = 0) {
+    const std::string metrics = metrics_port > 0 ? "127.0.0.1:" + std::to_string(metrics_port) : "";
     std::vector<std::string> argv = {bin("saga-worker").string(), "--brokers", broker_->bootstrap(), "--group", "g",
-                                     "--worker-id", name, "--metrics-addr", "", "--lease", "2s",
+                                     "--worker-id", name, "--metrics-addr", metrics, "--lease", "2s",
                                      "--recovery-interval", "200ms", "--batch-size",
                                      // On FerretDB a batch of 40 takes longer than the
                                      // lease: the worker would keep taking over its own.
@@ -299,18 +302,41 @@ INSTANTIATE_TEST_SUITE_P(Postgres, FailpointCrash,
 // open transaction, which the server ends after 5 s idle (the decision is
 // then an abort); the paused worker's COMMIT fails when it resumes, and its
 // batch runs again.
+// The value of one series in a /metrics text, or -1 when it is missing.
+double sample(const std::string& text, const std::string& series) {
+  const std::string line = "\n" + series + " ";
+  const std::size_t at = text.find(line);
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + line.size()));
+}
+
 TEST_F(FailpointTest, APausedBatchAcrossStoresIsRolledBackAndRunsAgain) {
   open_ledger(2, StoreKind::postgres);
   produce_requests();
-  Process zombie = start_worker("zombie", {"SAGA_FAILPOINTS=after_prepare=1*pause:8s"});
+  const int port = free_loopback_port();
+  Process zombie = start_worker("zombie", {"SAGA_FAILPOINTS=after_prepare=1*pause:8s"}, port);
   ASSERT_TRUE(eventually([&] { return read_file(dir_ / "zombie.log").find("pausing") != std::string::npos; },
                          patience()))
       << read_file(dir_ / "zombie.log");
+  // Its batch is prepared on the second store: the gauges show it, with
+  // the time it was prepared.
+  std::string text;
+  const auto prepared = [&](double count) {
+    text = http_get(port, "/metrics").body;
+    return sample(text, R"(saga_prepared_batches{shard="1"})") == count &&
+           sample(text, R"(saga_prepared_batches{shard="0"})") == 0;
+  };
+  EXPECT_TRUE(eventually([&] { return prepared(1); }, 5s)) << text;
+  const double since = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+                       sample(text, R"(saga_oldest_prepared_batch_timestamp_seconds{shard="1"})");
+  EXPECT_GE(since, 0);
+  EXPECT_LT(since, 8);
   Process other = start_worker("other");
   EXPECT_TRUE(wait_all_finished_and_published()) << read_file(dir_ / "other.log");
   EXPECT_NE(read_file(dir_ / "other.log").find("finished a batch's transaction its worker left prepared"),
             std::string::npos)
       << read_file(dir_ / "other.log");
+  EXPECT_TRUE(eventually([&] { return prepared(0); }, 5s)) << text;
+  EXPECT_EQ(sample(text, R"(saga_oldest_prepared_batch_timestamp_seconds{shard="1"})"), 0) << text;
   EXPECT_EQ(zombie.stop(20s), 0) << read_file(dir_ / "zombie.log");
   EXPECT_EQ(other.stop(20s), 0) << read_file(dir_ / "other.log");
   expect_exactly_once();

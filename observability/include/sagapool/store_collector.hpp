@@ -8,9 +8,11 @@
 //   saga_unpublished_outcomes and
 //   saga_oldest_unpublished_outcome_timestamp_seconds, per terminal state:
 //   one Store::state_stats query (indexed, reads unfinished or unpublished
-//   transfers only), cached for
-//   max(stats_ttl, 10 x its last duration), so scrapes and readiness probes
-//   cost the store at most one such query per TTL.
+//   transfers only); and saga_prepared_batches and
+//   saga_oldest_prepared_batch_timestamp_seconds, per store that can
+//   prepare (one read of its prepared transactions each). Cached together for
+//   max(stats_ttl, 10 x their last duration), so scrapes and readiness probes
+//   cost each store at most one such query per TTL.
 // - saga_ledger_imbalance: needs every account, so it is never read on the
 //   scrape path. A background thread takes a reading when scrapes ask for a
 //   value older than imbalance_interval (stretched to 20 x the last
@@ -28,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "sagapool/audit.hpp"
@@ -72,6 +75,7 @@ class StoreCollector final : public prometheus::Collectable {
   struct Stats {
     bool valid = false;
     StateStatsTable table{};
+    std::vector<std::pair<std::size_t, PreparedStats>> prepared;  // by shard, those that can prepare
     Clock::time_point asked{};
     Clock::duration ttl{};
   };

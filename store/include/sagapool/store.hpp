@@ -113,6 +113,12 @@ struct StateStats {
 };
 using StateStatsTable = std::array<StateStats, kTransferStateCount>;
 
+// A store's prepared transactions of one name prefix (TwoPhaseStore).
+struct PreparedStats {
+  std::int64_t count = 0;
+  std::int64_t oldest_ms = 0;  // when the oldest was prepared (store's clock); 0 when count == 0
+};
+
 // ---- accounts and legs (every store holds the accounts that hash to it) ---
 
 enum class LegOp : std::uint8_t {
@@ -387,6 +393,13 @@ class TwoPhaseStore {
     (void)prefix;
     (void)min_age_ms;
     gids.clear();
+    return Status::ok();
+  }
+  // For monitoring: how many prepared transactions start with `prefix`,
+  // and when the oldest was prepared. Never waits on a lock.
+  virtual Status prepared_stats(std::string_view prefix, PreparedStats& out) {
+    (void)prefix;
+    out = {};
     return Status::ok();
   }
 

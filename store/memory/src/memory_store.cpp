@@ -218,6 +218,13 @@ class MemoryStore final : public Store {
     return Status::ok();
   }
 
+  Status prepared_stats(std::string_view prefix, PreparedStats& out) override {
+    std::lock_guard lock(db_->mu_);
+    out = {};
+    if (db_->prepared_gid_ && db_->prepared_gid_->starts_with(prefix)) out = {1, db_->prepared_at_ms_};
+    return Status::ok();
+  }
+
   Status record_decision(std::string_view gid) override {
     std::lock_guard lock(db_->mu_);
     if (Status s = gate(); !s) return s;

@@ -255,3 +255,8 @@ SELECT gid FROM pg_prepared_xacts
   WHERE database = current_database() AND starts_with(gid, $1)
     AND prepared <= clock_timestamp() - $2::bigint * interval '1 millisecond'
   ORDER BY prepared, gid;
+
+-- name: saga_prepared_stats
+SELECT count(*), coalesce(floor(extract(epoch FROM min(prepared)) * 1000), 0)::bigint
+  FROM pg_prepared_xacts
+  WHERE database = current_database() AND starts_with(gid, $1);

@@ -42,7 +42,7 @@ std::string_view functions();
   X(postings_for_transfer) X(postings_for_account)                                           \
   X(pending_for_account) X(scan_accounts) X(scan_postings) X(scan_pending) X(register_worker)    \
   X(deregister_worker) X(list_workers) X(recent_owners) X(write_walk) X(walk_move) X(record_decision)   \
-  X(decide) X(list_decisions) X(forget_decisions) X(list_prepared)
+  X(decide) X(list_decisions) X(forget_decisions) X(list_prepared) X(prepared_stats)
 #define SAGA_PG_ENUM(name) name,
 enum class Sql : std::uint8_t { SAGA_PG_STATEMENTS(SAGA_PG_ENUM) };
 #undef SAGA_PG_ENUM

@@ -1312,6 +1312,19 @@ class PgStore final : public Store {
     return Status::ok();
   }
 
+  Status prepared_stats(std::string_view prefix, PreparedStats& out) override {
+    out = {};
+    Params p;
+    p.text(prefix);
+    ResultPtr r;
+    if (Status s = run(Sql::prepared_stats, p, r, "prepared stats"); !s) return s;
+    if (PQntuples(r.get()) != 1 || !pg::parse_int(pg::value(r.get(), 0, 0), out.count) ||
+        !pg::parse_int(pg::value(r.get(), 0, 1), out.oldest_ms)) {
+      return fatal("prepared stats: unreadable row");
+    }
+    return Status::ok();
+  }
+
   // Queued: executed with the scope's next statement waited for (the
   // worker's insert check), so before any other store prepares. A row
   // already there (an abort saga_decide recorded) fails the scope.

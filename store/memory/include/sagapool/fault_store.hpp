@@ -180,6 +180,9 @@ class FaultStore final : public Store {
   Status list_prepared(std::string_view prefix, std::int64_t min_age_ms, std::vector<std::string>& gids) override {
     return call("list_prepared", [&] { return inner_->list_prepared(prefix, min_age_ms, gids); });
   }
+  Status prepared_stats(std::string_view prefix, PreparedStats& out) override {
+    return call("prepared_stats", [&] { return inner_->prepared_stats(prefix, out); });
+  }
   Status record_decision(std::string_view gid) override {
     return call("record_decision", [&] { return inner_->record_decision(gid); });
   }
