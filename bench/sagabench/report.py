@@ -154,7 +154,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     calibrated = "" if o.transfers else (f" (what each store finishes in about {RUN_S} s at the median rate of "
                                          f"its saga-broker runs, or of a {thousands(CALIBRATE_N)}-transfer "
                                          "calibration run where that is faster)")
-    w(f"Each sagapool run on real Kafka moved N transfers: {thousands(f.run_n.get('postgres'))} on PostgreSQL, "
+    w(f"Each sagapool run on real Kafka moved N transfers: {thousands(f.run_n.get('postgres'))} on PostgreSQL "
+      "(one store or two shards), "
       f"{thousands(f.run_n.get('sqlite'))} on SQLite{calibrated};")
     w(f"on saga-broker at most {thousands(MOCK_TRANSFERS_MAX)}, as its retention of 5 MiB per partition allows "
       "(so only the real-Kafka runs are sustained).")

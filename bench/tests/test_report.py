@@ -72,7 +72,8 @@ class Render(unittest.TestCase):
         self.assertIn("Figures are medians of 2 run(s) each, except where the time budget cut repetitions: "
                       "(e) with 4 workers from run 2.", self.text)
         self.assertIn("(f) as schema version 3 wrote its rows runs once, in the first repetition", self.text)
-        self.assertIn("Each sagapool run on real Kafka moved N transfers: 134,000 on PostgreSQL, 150,000 on SQLite (what "
+        self.assertIn("Each sagapool run on real Kafka moved N transfers: 134,000 on PostgreSQL (one store or two shards), "
+                      "150,000 on SQLite (what "
                       "each store finishes in about 75 s at the median rate of its saga-broker runs, or of a "
                       "50,000-transfer calibration run where that is faster);", self.text)
         self.assertNotIn("--quick", self.lines[3])
@@ -218,7 +219,7 @@ class Render(unittest.TestCase):
         text = report.render(r, f, None)
         self.assertIn("**A `--quick` smoke run: small sizes, one repetition; not figures to quote.**", text)
         self.assertIn("Figures are medians of 1 run(s) each.\n", text)
-        self.assertIn("5,000 on PostgreSQL, 5,000 on SQLite;\n", text)
+        self.assertIn("5,000 on PostgreSQL (one store or two shards), 5,000 on SQLite;\n", text)
         self.assertIn("| 4,000 | – ms | – ms | 0.210 | – |", text)
         self.assertIn("| c/a ≥ 2 (sagapool on PostgreSQL vs plain ACID) | uniform –, Zipf – | **missed** |", text)
 
