@@ -396,7 +396,8 @@ class TwoPhaseStore {
     return Status::ok();
   }
   // For monitoring: how many prepared transactions start with `prefix`,
-  // and when the oldest was prepared. Never waits on a lock.
+  // and when the oldest was prepared. Reads no rows, so it never waits
+  // on the locks a prepared batch holds.
   virtual Status prepared_stats(std::string_view prefix, PreparedStats& out) {
     (void)prefix;
     out = {};
