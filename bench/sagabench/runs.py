@@ -492,11 +492,10 @@ class Bench:
         # would flatter (g).
         say(f"(g) two PostgreSQL shards (two servers), {o.workers} workers, uniform, real Kafka ({self.elapsed()})")
         end = b.phase_end(91)
-        self.run_n["postgres-shards"] = self.run_n["postgres"]
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "(g)"):
                 break
-            self.saga_run("g-uniform", rep, "postgres-shards", "uniform", o.workers, self.run_n["postgres-shards"],
+            self.saga_run("g-uniform", rep, "postgres-shards", "uniform", o.workers, self.run_n["postgres"],
                           0, "kafka")
         # What the servers alone can write: (g)'s rows with no saga, on one
         # server with (c)'s transactions in flight and on both with (g)'s.
