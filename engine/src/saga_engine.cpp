@@ -61,6 +61,7 @@ SagaEngine::SagaEngine(Ledger& ledger, Options options, SagaObserver* observer)
   walk_.resize(ledger_.shard_count());
   followups_.resize(ledger_.shard_count());
   snapshot_ids_.resize(ledger_.shard_count());
+  snapshot_slots_.resize(ledger_.shard_count());
 }
 
 SagaEngine::~SagaEngine() = default;
@@ -333,10 +334,10 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
   for (;;) {
     if (Status s = load_snapshot(items, lock); !s) return s;
     if (pending_.empty()) return Status::retry_stage("the accounts could not be read");  // dropped by load_snapshot
-    if (lock || std::all_of(accounts_.begin(), accounts_.end(), [](const auto& a) { return a.second.exists; })) break;
+    if (lock || std::all_of(snaps_.begin(), snaps_.end(), [](const AccountSnap& a) { return a.exists; })) break;
     lock = true;
   }
-  for (auto& [id, a] : accounts_) {
+  for (AccountSnap& a : snaps_) {
     a.write_balance = a.balance;
     a.write_reserved = a.reserved;
     a.low.reset();
@@ -354,10 +355,10 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
     const SettleRequest& r = settle_batch_[k];
     SettleResult& out = settle_results_[k];
     out = SettleResult{};
-    AccountSnap& src = accounts_[r.source];
-    AccountSnap& dst = accounts_[r.destination];
-    WalkWrites& at_src = walk_[ledger_.shard_index(r.source)];
-    WalkWrites& at_dst = walk_[ledger_.shard_index(r.destination)];
+    AccountSnap& src = snaps_[item_slots_[k].source];  // settle_batch_[k] is pending_[k]'s
+    AccountSnap& dst = snaps_[item_slots_[k].destination];
+    WalkWrites& at_src = walk_[src.shard];
+    WalkWrites& at_dst = walk_[dst.shard];
     Reason reason = Reason::none;
     if (!src.exists) {
       reason = Reason::unknown_account;
@@ -410,10 +411,12 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
     src.write_reserved -= r.amount;  // released, or given back by the reversal
   }
   // Every account read, moved or not: each is locked and checked with the moves.
-  for (const auto& [id, a] : accounts_) {
+  for (std::size_t k = 0; k < snaps_.size(); ++k) {
+    const AccountSnap& a = snaps_[k];
+    const std::string_view id = snap_ids_[k];
     if (!a.exists) continue;
     if (a.write_reserved != a.reserved) return Status::fatal("engine: a walk left account " + std::string(id) + "'s reservation changed");
-    walk_[ledger_.shard_index(id)].balances.push_back({id, a.balance, a.write_balance, a.reserved, a.min_balance,
+    walk_[a.shard].balances.push_back({id, a.balance, a.write_balance, a.reserved, a.min_balance,
                                                        a.currency, a.locked, a.low, a.reserved_high, a.sum_high,
                                                        a.refused});
   }
@@ -431,13 +434,36 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
   return Status::ok();
 }
 
-Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
-  accounts_.clear();
-  for (auto& ids : snapshot_ids_) ids.clear();
-  for (std::size_t i : pending_) {
-    for (std::string_view id : {std::string_view(items[i].source), std::string_view(items[i].destination)}) {
-      if (accounts_.try_emplace(id).second) snapshot_ids_[ledger_.shard_index(id)].push_back(id);
+// The slot of account id in this batch's table, a new one at the end if
+// the id is new.
+std::uint32_t SagaEngine::slot_of(std::string_view id) {
+  const std::size_t mask = slot_index_.size() - 1;
+  for (std::size_t h = std::hash<std::string_view>{}(id) & mask;; h = (h + 1) & mask) {
+    std::uint32_t& entry = slot_index_[h];
+    if (entry == 0) {
+      snap_ids_.push_back(id);
+      entry = static_cast<std::uint32_t>(snap_ids_.size());
     }
+    if (snap_ids_[entry - 1] == id) return entry - 1;
+  }
+}
+
+Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
+  snap_ids_.clear();
+  item_slots_.clear();
+  std::size_t capacity = 64;
+  while (capacity < 4 * pending_.size()) capacity *= 2;  // at most half full: two accounts an item
+  slot_index_.assign(capacity, 0);
+  for (std::size_t i : pending_) item_slots_.push_back({slot_of(items[i].source), slot_of(items[i].destination)});
+  snaps_.resize(snap_ids_.size());
+  for (auto& ids : snapshot_ids_) ids.clear();
+  for (auto& slots : snapshot_slots_) slots.clear();
+  for (std::uint32_t k = 0; k < snap_ids_.size(); ++k) {
+    AccountSnap& a = snaps_[k];
+    a = AccountSnap{};
+    a.shard = static_cast<std::uint32_t>(ledger_.shard_index(snap_ids_[k]));
+    snapshot_ids_[a.shard].push_back(snap_ids_[k]);
+    snapshot_slots_[a.shard].push_back(k);
   }
   const auto started = Clock::now();
   // Across stores the first store comes last: the walk's moves lock the
@@ -463,7 +489,7 @@ Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
       return Status::ok();
     }
     for (std::size_t k = 0; k < snapshot_ids_[s].size(); ++k) {
-      AccountSnap& a = accounts_[snapshot_ids_[s][k]];
+      AccountSnap& a = snaps_[snapshot_slots_[s][k]];
       a.exists = snapshot_[k].has_value();
       if (!a.exists) continue;
       a.locked = snapshot_[k]->locked;
@@ -480,7 +506,7 @@ Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
 void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
   wave_.clear();
   deferred_.clear();
-  for (auto& [id, a] : accounts_) {
+  for (AccountSnap& a : snaps_) {
     a.write_balance = a.balance;
     a.sequential_balance = a.balance;
     a.write_reserved = a.reserved;
@@ -488,10 +514,11 @@ void SagaEngine::plan_wave(std::vector<SagaItem>& items) {
     a.blocked = false;
   }
   constexpr WideAmount kMax = INT64_MAX;
-  for (std::size_t i : pending_) {
+  for (std::size_t k = 0; k < pending_.size(); ++k) {
+    const std::size_t i = pending_[k];
     const SagaItem& it = items[i];
-    AccountSnap& src = accounts_[it.source];
-    AccountSnap& dst = accounts_[it.destination];
+    AccountSnap& src = snaps_[item_slots_[k].source];
+    AccountSnap& dst = snaps_[item_slots_[k].destination];
     auto defer = [&] {
       deferred_.push_back(i);
       src.blocked = dst.blocked = true;

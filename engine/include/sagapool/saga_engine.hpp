@@ -13,7 +13,6 @@
 #include <string>
 #include <optional>
 #include <string_view>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -126,6 +125,7 @@ class SagaEngine {
   // Sums of a wave's amounts may pass INT64_MAX; the planner compares them.
   __extension__ typedef __int128 WideAmount;
   struct AccountSnap {
+    std::uint32_t shard = 0;  // ledger_.shard_index of its id
     bool exists = false;
     bool locked = false;
     bool blocked = false;  // touched by a deferred transfer in this wave
@@ -156,6 +156,7 @@ class SagaEngine {
   Status settle_pending(std::vector<SagaItem>& items);
   Status walk_across(std::vector<SagaItem>& items);
   Status load_snapshot(std::vector<SagaItem>& items, bool lock = true);
+  std::uint32_t slot_of(std::string_view id);
   void plan_wave(std::vector<SagaItem>& items);
   Status post_wave(std::vector<SagaItem>& items);
   Status step_compensate_and_release(std::vector<SagaItem>& items);
@@ -196,8 +197,21 @@ class SagaEngine {
   std::vector<std::size_t> pending_;   // items to post, in batch order
   std::vector<std::size_t> wave_;
   std::vector<std::size_t> deferred_;
-  std::unordered_map<std::string_view, AccountSnap> accounts_;
+  // The accounts of pending_'s items, in order of first appearance: slot k
+  // is account snap_ids_[k], read into snaps_[k]; item_slots_[k] holds
+  // pending_[k]'s source and destination slots. slot_index_ is an open-
+  // addressing table over the slots (slot + 1; 0 = free). Flat and reused,
+  // so a batch's walk hashes each id once and allocates nothing.
+  struct ItemSlots {
+    std::uint32_t source;
+    std::uint32_t destination;
+  };
+  std::vector<AccountSnap> snaps_;
+  std::vector<std::string_view> snap_ids_;
+  std::vector<std::uint32_t> slot_index_;
+  std::vector<ItemSlots> item_slots_;
   std::vector<std::vector<std::string_view>> snapshot_ids_;  // per shard
+  std::vector<std::vector<std::uint32_t>> snapshot_slots_;   // per shard, as snapshot_ids_
   std::vector<std::optional<Account>> snapshot_;
   std::unordered_set<std::string_view> held_;  // split_first_store: accounts of items moved
   std::vector<std::uint8_t> stays_;
