@@ -1,5 +1,6 @@
 #include "pg_support.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -74,17 +75,25 @@ void ArrayLiteral::separator() {
 void ArrayLiteral::text(std::string_view s) {
   separator();
   out_.push_back('"');
-  for (const char c : s) {
-    if (c == '\0') ok_ = false;
-    if (c == '"' || c == '\\') out_.push_back('\\');
-    out_.push_back(c);
+  // Ids and currencies rarely need escaping: appended whole when not.
+  const auto special = [](char c) { return c == '"' || c == '\\' || c == '\0'; };
+  if (std::none_of(s.begin(), s.end(), special)) {
+    out_.append(s);
+  } else {
+    for (const char c : s) {
+      if (c == '\0') ok_ = false;
+      if (c == '"' || c == '\\') out_.push_back('\\');
+      out_.push_back(c);
+    }
   }
   out_.push_back('"');
 }
 
 void ArrayLiteral::int64(std::int64_t v) {
   separator();
-  out_ += std::to_string(v);
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+  out_.append(digits, end);
 }
 
 void ArrayLiteral::int64_or_null(std::optional<std::int64_t> v) {
