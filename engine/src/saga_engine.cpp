@@ -416,9 +416,8 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
     const std::string_view id = snap_ids_[k];
     if (!a.exists) continue;
     if (a.write_reserved != a.reserved) return Status::fatal("engine: a walk left account " + std::string(id) + "'s reservation changed");
-    walk_[a.shard].balances.push_back({id, a.balance, a.write_balance, a.reserved, a.min_balance,
-                                                       a.currency, a.locked, a.low, a.reserved_high, a.sum_high,
-                                                       a.refused});
+    walk_[a.shard].balances.push_back({id, a.balance, a.write_balance, a.reserved, a.min_balance, a.currency,
+                                       a.locked, a.low, a.reserved_high, a.sum_high, a.refused});
   }
   for (std::size_t s = 0; s < walk_.size(); ++s) {
     const WalkWrites& w = walk_[s];

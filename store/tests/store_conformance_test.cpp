@@ -141,7 +141,7 @@ TEST_P(StoreTest, DisplayNameNamesTheStore) { EXPECT_FALSE(store_->display_name(
 TEST_P(StoreTest, InsertCreatesAnInitialDocumentWithALease) {
   TransferSpec t = spec("t-1");
   t.currency = "EUR";
-  t.metadata = R"({"ref":"invoice 9","n":[1,2]})";
+  t.metadata = R"({"ref":"invoice \"9\" a\\b","n":[1,2]})";  // quotes and a backslash: escaped on the way
   const std::int64_t before = store_now();
   EXPECT_EQ(insert(t, "worker-1", 30'000), InsertResult::inserted);
   const std::int64_t after = store_now();
