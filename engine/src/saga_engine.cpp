@@ -487,15 +487,15 @@ Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
       pending_.clear();
       return Status::ok();
     }
-    for (std::size_t k = 0; k < snapshot_ids_[s].size(); ++k) {
-      AccountSnap& a = snaps_[snapshot_slots_[s][k]];
-      a.exists = snapshot_[k].has_value();
+    for (std::size_t j = 0; j < snapshot_ids_[s].size(); ++j) {
+      AccountSnap& a = snaps_[snapshot_slots_[s][j]];
+      a.exists = snapshot_[j].has_value();
       if (!a.exists) continue;
-      a.locked = snapshot_[k]->locked;
-      a.balance = snapshot_[k]->balance;
-      a.reserved = snapshot_[k]->reserved;
-      a.min_balance = snapshot_[k]->min_balance;
-      a.currency = snapshot_[k]->currency;
+      a.locked = snapshot_[j]->locked;
+      a.balance = snapshot_[j]->balance;
+      a.reserved = snapshot_[j]->reserved;
+      a.min_balance = snapshot_[j]->min_balance;
+      a.currency = snapshot_[j]->currency;
     }
   }
   observer_->on_stage("plan", Clock::now() - started);
