@@ -452,9 +452,9 @@ class Bench:
         """(c), (d), (e), (g), the half-load runs, (f) and (h). What is left of
         the budget is shared out: (c) to 35 %, (d) to 50 %, real Kafka ((c),
         (d) and (g)) to 76 %, (e) to 89 %, (gf) to 91 %, the half-load runs to
-        95 %, (f) to 98 %, (h) to 99 %, the rest for the report. The floors come last: they are
-        references, not targets, and the sustained runs before them can
-        overrun their shares."""
+        95 %, (f) to 98 %, (h) to 99 %, the rest for the report. The floors
+        come last: they are references, not targets, and the sustained runs
+        before them can overrun their shares."""
         o, b = self.opts, self.budget
         b.share_out()
         for store, name, label in (("postgres", "PostgreSQL", "c"), ("sqlite", "SQLite", "d")):
