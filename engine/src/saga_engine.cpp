@@ -411,12 +411,10 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
     src.write_reserved -= r.amount;  // released, or given back by the reversal
   }
   // Every account read, moved or not: each is locked and checked with the moves.
-  for (std::size_t k = 0; k < snaps_.size(); ++k) {
-    const AccountSnap& a = snaps_[k];
-    const std::string_view id = snap_ids_[k];
+  for (const AccountSnap& a : snaps_) {
     if (!a.exists) continue;
-    if (a.write_reserved != a.reserved) return Status::fatal("engine: a walk left account " + std::string(id) + "'s reservation changed");
-    walk_[a.shard].balances.push_back({id, a.balance, a.write_balance, a.reserved, a.min_balance, a.currency,
+    if (a.write_reserved != a.reserved) return Status::fatal("engine: a walk left account " + std::string(a.id) + "'s reservation changed");
+    walk_[a.shard].balances.push_back({a.id, a.balance, a.write_balance, a.reserved, a.min_balance, a.currency,
                                        a.locked, a.low, a.reserved_high, a.sum_high, a.refused});
   }
   for (std::size_t s = 0; s < walk_.size(); ++s) {
@@ -433,37 +431,33 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
   return Status::ok();
 }
 
-// The slot of account id in this batch's table, a new one at the end if
-// the id is new.
+// The slot of account id in this batch's table; a new id gets a new slot
+// at the end, listed with its shard for the reads.
 std::uint32_t SagaEngine::slot_of(std::string_view id) {
   const std::size_t mask = slot_index_.size() - 1;
   for (std::size_t h = std::hash<std::string_view>{}(id) & mask;; h = (h + 1) & mask) {
     std::uint32_t& entry = slot_index_[h];
     if (entry == 0) {
-      snap_ids_.push_back(id);
-      entry = static_cast<std::uint32_t>(snap_ids_.size());
+      AccountSnap& a = snaps_.emplace_back();
+      a.id = id;
+      a.shard = static_cast<std::uint32_t>(ledger_.shard_index(id));
+      entry = static_cast<std::uint32_t>(snaps_.size());
+      snapshot_ids_[a.shard].push_back(id);
+      snapshot_slots_[a.shard].push_back(entry - 1);
     }
-    if (snap_ids_[entry - 1] == id) return entry - 1;
+    if (snaps_[entry - 1].id == id) return entry - 1;
   }
 }
 
 Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
-  snap_ids_.clear();
+  snaps_.clear();
   item_slots_.clear();
+  for (auto& ids : snapshot_ids_) ids.clear();
+  for (auto& slots : snapshot_slots_) slots.clear();
   std::size_t capacity = 64;
   while (capacity < 4 * pending_.size()) capacity *= 2;  // at most half full: two accounts an item
   slot_index_.assign(capacity, 0);
   for (std::size_t i : pending_) item_slots_.push_back({slot_of(items[i].source), slot_of(items[i].destination)});
-  snaps_.resize(snap_ids_.size());
-  for (auto& ids : snapshot_ids_) ids.clear();
-  for (auto& slots : snapshot_slots_) slots.clear();
-  for (std::uint32_t k = 0; k < snap_ids_.size(); ++k) {
-    AccountSnap& a = snaps_[k];
-    a = AccountSnap{};
-    a.shard = static_cast<std::uint32_t>(ledger_.shard_index(snap_ids_[k]));
-    snapshot_ids_[a.shard].push_back(snap_ids_[k]);
-    snapshot_slots_[a.shard].push_back(k);
-  }
   const auto started = Clock::now();
   // Across stores the first store comes last: the walk's moves lock the
   // others with their PREPAREs and the first with its COMMIT, so a walk

@@ -125,7 +125,8 @@ class SagaEngine {
   // Sums of a wave's amounts may pass INT64_MAX; the planner compares them.
   __extension__ typedef __int128 WideAmount;
   struct AccountSnap {
-    std::uint32_t shard = 0;  // ledger_.shard_index of its id
+    std::string_view id;      // an item's source or destination
+    std::uint32_t shard = 0;  // ledger_.shard_index(id)
     bool exists = false;
     bool locked = false;
     bool blocked = false;  // touched by a deferred transfer in this wave
@@ -197,17 +198,16 @@ class SagaEngine {
   std::vector<std::size_t> pending_;   // items to post, in batch order
   std::vector<std::size_t> wave_;
   std::vector<std::size_t> deferred_;
-  // The accounts of pending_'s items, in order of first appearance: slot k
-  // is account snap_ids_[k], read into snaps_[k]; item_slots_[k] holds
-  // pending_[k]'s source and destination slots. slot_index_ is an open-
-  // addressing table over the slots (slot + 1; 0 = free). Flat and reused,
-  // so a batch's walk hashes each id once and allocates nothing.
+  // The accounts of pending_'s items, in order of first appearance (slots);
+  // item_slots_[k] holds pending_[k]'s source and destination slots.
+  // slot_index_ is an open-addressing table over the slots (slot + 1;
+  // 0 = free). Flat and reused, so a batch's walk hashes each id once and
+  // allocates nothing.
   struct ItemSlots {
     std::uint32_t source;
     std::uint32_t destination;
   };
   std::vector<AccountSnap> snaps_;
-  std::vector<std::string_view> snap_ids_;
   std::vector<std::uint32_t> slot_index_;
   std::vector<ItemSlots> item_slots_;
   std::vector<std::vector<std::string_view>> snapshot_ids_;  // per shard
