@@ -77,6 +77,18 @@ def proc_tree_ticks(root: int) -> int:
     return tree_ticks((s for s in stats if s), root)
 
 
+def busy_ticks(proc_stat: str) -> int:
+    """CPU ticks the whole machine spent busy, from /proc/stat's first line
+    ("cpu  user nice system idle iowait irq softirq steal guest ..."): all
+    but idle and iowait (guest time is inside user already)."""
+    fields = [int(v) for v in proc_stat.split("\n", 1)[0].split()[1:9]]
+    return sum(fields) - fields[3] - fields[4]
+
+
+def machine_busy_ticks() -> int:
+    return busy_ticks(_read("/proc/stat"))
+
+
 def proc_hwm_kb(pid: int) -> int:
     return vm_hwm_kb(_read(f"/proc/{pid}/status"))
 

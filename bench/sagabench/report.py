@@ -285,6 +285,9 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("  finished in its last third over those finished in its first (\"last ÷ first third\" in \"Every run\").")
     w("- **scrapes/s**: a real Prometheus scrapes every worker's /metrics once a second throughout;")
     w("  its successful scrapes of the least scraped worker over the run's span, per second.")
+    w("- **cores busy**: the whole machine's busy CPU time (/proc/stat: all but idle and iowait) from the")
+    w(f"  producer's start to the last outcome, per second of that window, of its {m.cpus} cores: everything on")
+    w("  the machine, the load generator, Prometheus and the bench included.")
     w("- **worker peak RSS**: VmHWM of each worker process (/proc/PID/status) at the end of the run,")
     w("  the largest of the workers and runs.")
     w(f"- **durability**: PostgreSQL with its defaults ({f.pg_settings}); the")
@@ -350,12 +353,12 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("## Every run")
     w("")
     w(f"| config | run | transfers/s | p50 ms | p99 ms | p50 / p99 ms after {STEADY_AFTER_MS} ms | CPU s / 1k | "
-      "worker peak RSS MiB | s | last ÷ first third | scrapes/s |")
-    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "worker peak RSS MiB | s | last ÷ first third | scrapes/s | cores busy |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results.rows:
         steady = "–" if r.s50 == "-" else f"{r.s50} / {r.s99}"
         rss = "–" if r.rss == "-" else f"{int(r.rss) / 1024:.0f}"
-        more = " | ".join("–" if v == "-" else v for v in (r.secs, r.third, r.scraped))
+        more = " | ".join("–" if v == "-" else v for v in (r.secs, r.third, r.scraped, r.busy))
         w(f"| {r.config} | {r.rep} | {r.tput} | {r.p50} | {r.p99} | {steady} | {r.cpu} | {rss} | {more} |")
     w("")
     w(MARKER)

@@ -313,6 +313,8 @@ class Bench:
         broker_ticks = -measure.proc_ticks(broker_proc.pid)
         servers = {"postgres": [self.pg], "postgres-shards": [self.pg, self.pg2]}.get(store, [])
         server_ticks = -sum(server.ticks() for server in servers)
+        # The whole machine over the same window: whether it had a core to spare.
+        machine_ticks, window_t0 = -measure.machine_busy_ticks(), time.monotonic()
         producer = [self.bin / "saga-producer", "--brokers", bootstrap]
         if dist == "uniform":
             producer += ["--file", self.uniform_file(n)]
@@ -326,6 +328,8 @@ class Bench:
         worker_ticks += sum(measure.proc_ticks(w.pid) for w in pool)
         rss_max = max(measure.proc_hwm_kb(w.pid) for w in pool)
         broker_ticks += measure.proc_ticks(broker_proc.pid)
+        machine_ticks += measure.machine_busy_ticks()
+        busy = f"{machine_ticks / measure.TICKS_PER_S / (time.monotonic() - window_t0):.2f}"
 
         fig = measure.run_figures(ledgers.measured_times(ledger), STEADY_AFTER_MS)
         secs = max(1, round(fig.span_ms / 1000))
@@ -356,13 +360,13 @@ class Bench:
         s50 = "-" if fig.steady_p50 is None else fig.steady_p50
         s99 = "-" if fig.steady_p99 is None else fig.steady_p99
         self.results.add(config, rep, fig.transfers_per_s, fig.p50, fig.p99, cpu, rss_max, s50, s99,
-                         secs, fig.sustained, f"{scraped:.2f}")
+                         secs, fig.sustained, f"{scraped:.2f}", busy)
         note(f"{config} run {rep}: {n} transfers in {secs} s, {fig.transfers_per_s} transfers/s "
              f"(last third / first third {fig.sustained}), p50 {fig.p50} ms, "
              f"p99 {fig.p99} ms (after the first {STEADY_AFTER_MS // 1000} s: {s50} / {s99} ms), "
              f"{cpu} CPU s/1k (workers {per_1k(worker_ticks)}, broker {per_1k(broker_ticks)}, "
              f"PostgreSQL {per_1k(server_ticks)}), worker peak RSS {rss_max // 1024} MiB, "
-             f"scraped {scraped:.2f}/s; audit passed")
+             f"scraped {scraped:.2f}/s, {busy} cores busy; audit passed")
         ledger.drop()
 
     def floor_run(self, config: str, rep: int, dist: str, batch: int, *flags: str) -> None:

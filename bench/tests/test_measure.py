@@ -72,6 +72,12 @@ class ProcStat(unittest.TestCase):
         self.assertEqual(measure.vm_hwm_kb(status), 51234)
         self.assertEqual(measure.vm_hwm_kb(""), 0)
 
+    def test_machine_busy_leaves_out_idle_and_iowait(self):
+        text = ("cpu  100 2 30 5000 400 6 7 8 50 0\n"  # user nice system idle iowait irq softirq steal guest
+                "cpu0 50 1 15 2500 200 3 4 4 25 0\nintr 123\n")
+        self.assertEqual(measure.busy_ticks(text), 100 + 2 + 30 + 6 + 7 + 8)
+        self.assertGreater(measure.machine_busy_ticks(), 0)
+
     def test_live_process(self):
         import os
         self.assertGreaterEqual(measure.proc_ticks(os.getpid()), 0)
