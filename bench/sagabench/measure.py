@@ -4,6 +4,7 @@ pure; the few readers of /proc sit next to them."""
 import dataclasses
 import os
 import re
+import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -87,6 +88,18 @@ def busy_ticks(proc_stat: str) -> int:
 
 def machine_busy_ticks() -> int:
     return busy_ticks(_read("/proc/stat"))
+
+
+class BusyCores:
+    """The whole machine's busy CPU seconds per second from now on: how
+    many of its cores a run kept busy, and so whether it had one to spare."""
+
+    def __init__(self):
+        self._ticks, self._t0 = machine_busy_ticks(), time.monotonic()
+
+    def __str__(self) -> str:
+        seconds = max(time.monotonic() - self._t0, 1e-3)
+        return f"{(machine_busy_ticks() - self._ticks) / TICKS_PER_S / seconds:.2f}"
 
 
 def proc_hwm_kb(pid: int) -> int:

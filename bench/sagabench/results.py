@@ -20,7 +20,7 @@ class Row:
     secs: str = "-"  # sagapool: first request to last outcome, s
     third: str = "-"  # sagapool: last third's rate / first third's
     scraped: str = "-"  # sagapool: Prometheus scrapes per second of its least scraped worker
-    busy: str = "-"  # sagapool: the whole machine's busy CPU seconds per second (cores busy)
+    busy: str = "-"  # sagapool and the floors: the whole machine's cores busy (measure.BusyCores)
 
 
 class Results:

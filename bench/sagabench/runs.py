@@ -313,8 +313,7 @@ class Bench:
         broker_ticks = -measure.proc_ticks(broker_proc.pid)
         servers = {"postgres": [self.pg], "postgres-shards": [self.pg, self.pg2]}.get(store, [])
         server_ticks = -sum(server.ticks() for server in servers)
-        # The whole machine over the same window: whether it had a core to spare.
-        machine_ticks, window_t0 = -measure.machine_busy_ticks(), time.monotonic()
+        window = measure.BusyCores()  # the whole machine, over the same window
         producer = [self.bin / "saga-producer", "--brokers", bootstrap]
         if dist == "uniform":
             producer += ["--file", self.uniform_file(n)]
@@ -328,8 +327,7 @@ class Bench:
         worker_ticks += sum(measure.proc_ticks(w.pid) for w in pool)
         rss_max = max(measure.proc_hwm_kb(w.pid) for w in pool)
         broker_ticks += measure.proc_ticks(broker_proc.pid)
-        machine_ticks += measure.machine_busy_ticks()
-        busy = f"{machine_ticks / measure.TICKS_PER_S / (time.monotonic() - window_t0):.2f}"
+        busy = str(window)
 
         fig = measure.run_figures(ledgers.measured_times(ledger), STEADY_AFTER_MS)
         secs = max(1, round(fig.span_ms / 1000))
@@ -376,14 +374,16 @@ class Bench:
         run.mkdir()
         ledger = ledgers.SqliteLedger(self.work / "template.db", run)
         n = self.run_n["sqlite"]
+        window = measure.BusyCores()
         out = run_checked([sys.executable, self.bench_dir / "sqlite_floor.py", ledger.path, "--accounts", ACCOUNTS,
                            "--transfers", n, "--batch", batch, "--dist", dist, "--seed", rep, *flags],
                           f"{config} run {rep}: bench/sqlite_floor.py")
         tput, cpu, secs, third = out.split()
-        self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", f"{float(secs):.0f}", third)
+        busy = str(window)
+        self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", f"{float(secs):.0f}", third, "-", busy)
         how = " ".join((f"{batch} per commit",) + flags)
         note(f"{config} run {rep}: {n} transfers, {how}, in {secs} s: {tput} "
-             f"transfers/s (last third / first third {third}), {cpu} CPU s/1k; balanced")
+             f"transfers/s (last third / first third {third}), {cpu} CPU s/1k, {busy} cores busy; balanced")
         ledger.drop()
 
     def floor_template(self, server: Postgres, database: str, ledger: str, setup: str) -> None:
@@ -409,18 +409,20 @@ class Bench:
         for server, template, _ in targets:
             server.psql("sagapool", f"CREATE DATABASE {database} TEMPLATE {template}")
         servers = [server for server, _, _ in targets]
+        window = measure.BusyCores()
         counts, cpu_s = self.run_pgbench(
             [([server.bin / "pgbench", "-n", "-c", clients, "-j", min(clients, nproc()), "-T", self.opts.pgbench_s,
                "-D", f"home={home}", "-f", self.bench_dir / "pg_floor.sql", server.url(database)],
               self.work / f"{config}-{rep}-{i}.out")
              for i, (server, _, home) in enumerate(targets)],
             servers, f"{config} run {rep}: pgbench bench/pg_floor.sql")
+        busy = str(window)
         tps, n = min(r[0] for r in counts), min(r[1] for r in counts)
         tput, cpu = f"{tps * PG_FLOOR_BATCH:.0f}", f"{cpu_s / (n * PG_FLOOR_BATCH) * 1000:.3f}"
-        self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s))
+        self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s), "-", "-", busy)
         where = "" if len(targets) == 1 else f" on each of {len(targets)} servers"
         note(f"{config} run {rep}: {' and '.join(str(r[1]) for r in counts)} transactions of {PG_FLOOR_BATCH} "
-             f"transfers, {clients} at a time{where}: {tput} transfers/s, {cpu} CPU s/1k")
+             f"transfers, {clients} at a time{where}: {tput} transfers/s, {cpu} CPU s/1k, {busy} cores busy")
         for server in servers:
             server.psql("sagapool", f"DROP DATABASE {database}")
 

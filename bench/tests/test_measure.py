@@ -77,6 +77,7 @@ class ProcStat(unittest.TestCase):
                 "cpu0 50 1 15 2500 200 3 4 4 25 0\nintr 123\n")
         self.assertEqual(measure.busy_ticks(text), 100 + 2 + 30 + 6 + 7 + 8)
         self.assertGreater(measure.machine_busy_ticks(), 0)
+        self.assertRegex(str(measure.BusyCores()), r"^\d+\.\d\d$")
 
     def test_live_process(self):
         import os
