@@ -4,7 +4,10 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "http_get.hpp"
 #include "kafka_client.hpp"
@@ -211,6 +214,40 @@ TEST(WorkerCli, SeveralStoresThroughSagaStoreOneALine) {
   EXPECT_TRUE(eventually([&] { return read_file(dir / "worker.log").find("2 store(s)") != std::string::npos; }, 10s))
       << read_file(dir / "worker.log");
   EXPECT_EQ(w.stop(), 0) << read_file(dir / "worker.log");
+}
+
+// One SQLite file takes one writer at a time, so a batch there defaults to
+// 10,000 requests; any other layout to 5,000. A bound that is set (flag,
+// environment or config file) is kept.
+TEST(WorkerCli, TheBatchBoundDefaultsTo10000OnOneSqliteStoreOnly) {
+  TempDir dir;
+  const std::string one = "sqlite:" + (dir / "one.db").string();
+  const std::vector<std::string> shards{"sqlite:" + (dir / "s1.db").string(), "sqlite:" + (dir / "s2.db").string()};
+  for (const std::vector<std::string>& stores : {std::vector<std::string>{one}, shards}) {
+    std::unique_ptr<Ledger> ledger;
+    ASSERT_TRUE(Ledger::open(stores, ledger).is_ok());
+    ASSERT_TRUE(ledger->init().is_ok());
+  }
+  Broker broker = Broker::kafka(dir, 2);
+  int run_no = 0;
+  auto batch_of = [&](std::vector<std::string> args, std::vector<std::string> env) {
+    const auto log = dir / ("worker-" + std::to_string(++run_no) + ".log");
+    args.insert(args.begin(), {bin("saga-worker").string(), "--brokers", broker.bootstrap(), "--group",
+                               "g" + std::to_string(run_no), "--drain-timeout", "2s", "--metrics-addr", ""});
+    Process w = Process::start(args, log, env);
+    std::smatch m;
+    std::string text;
+    const bool started = eventually([&] {
+      text = read_file(log);
+      return std::regex_search(text, m, std::regex(" started: .*, batch (\\d+),"));
+    }, 60s);
+    EXPECT_EQ(w.stop(), 0) << read_file(log);
+    return started ? m[1].str() : "not started: " + text;
+  };
+  EXPECT_EQ(batch_of({"--store", one}, {}), "10000");
+  EXPECT_EQ(batch_of({"--store", one, "--batch-size", "5000"}, {}), "5000");
+  EXPECT_EQ(batch_of({"--store", one}, {"SAGA_BATCH_SIZE=700"}), "700");
+  EXPECT_EQ(batch_of({"--store", shards[0], "--store", shards[1]}, {}), "5000");
 }
 
 }  // namespace
