@@ -32,9 +32,10 @@ def run_size(rate: float) -> int:
 
 
 # The floor (f) commits as many transfers at once as a worker does at full
-# load (saga-worker's --batch-size default, workers/include/sagapool/worker.hpp),
-# and as many as a worker may (its --batch-size limit, workers/src/main.cpp);
-# bench/tests/test_options.py checks both against the worker's source.
+# load: 5,000 (saga-worker's --batch-size default, workers/include/sagapool/
+# worker.hpp; a SQLite worker's before the thirtieth session), and 10,000
+# (its limit, and its default on one SQLite store, workers/src/main.cpp);
+# bench/tests/test_options.py checks them against the worker's source.
 WORKER_BATCH = 5000
 FLOOR_BATCH_MAX = 10_000
 # The PostgreSQL floor (h) writes a lane's share of such a batch per

@@ -23,6 +23,8 @@ class WorkerBatch(unittest.TestCase):
         self.assertEqual(int(re.search(r"batch_size = (\d+);", header).group(1)), options.WORKER_BATCH)
         limit = re.search(r'"--batch-size".*?CLI::Range\(1, (\d+)\)', cli, re.S).group(1)
         self.assertEqual(int(limit), options.FLOOR_BATCH_MAX)
+        sqlite_default = re.search(r"one_writer\) o\.batch_size = (\d+);", cli).group(1)
+        self.assertEqual(int(sqlite_default), options.FLOOR_BATCH_MAX)
 
     def test_the_postgresql_floor_batch_is_a_lanes_share(self):
         cli = (Path(__file__).resolve().parents[2] / "workers" / "src" / "main.cpp").read_text()

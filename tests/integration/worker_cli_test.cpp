@@ -217,8 +217,8 @@ TEST(WorkerCli, SeveralStoresThroughSagaStoreOneALine) {
 }
 
 // One SQLite file takes one writer at a time, so a batch there defaults to
-// 10,000 requests; any other layout to 5,000. A bound that is set (flag,
-// environment or config file) is kept.
+// 10,000 requests; any other layout to 5,000. A bound that is set is kept
+// (here by flag and by environment).
 TEST(WorkerCli, TheBatchBoundDefaultsTo10000OnOneSqliteStoreOnly) {
   TempDir dir;
   const std::string one = "sqlite:" + (dir / "one.db").string();

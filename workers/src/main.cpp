@@ -124,8 +124,8 @@ int main(int argc, char** argv) {
   const bool lanes_possible = ledger->shard_count() == 1 && ledger->transfers().supports_scope() &&
                               ledger->transfers().concurrent_scopes();
   if (store_lanes == 0) store_lanes = lanes_possible ? 2 : 1;
-  // One SQLite file takes one writer at a time, so its rate is one commit's
-  // work per transfer: a larger batch spreads each commit's fixed cost (the
+  // One SQLite file takes one writer at a time, so a pool on it moves what
+  // one writer commits: a larger batch spreads each commit's fixed cost (the
   // accounts' pages rewritten, the other worker's changes read back) over
   // more transfers (bench/REPORT.md, "The thirtieth session").
   const bool one_writer = ledger->shard_count() == 1 && ledger->transfers().supports_scope() &&
