@@ -121,15 +121,16 @@ int main(int argc, char** argv) {
   std::unique_ptr<Ledger> ledger;
   if (Status s = Ledger::open(stores, ledger); !s) return bad(s.message());
   if (Status s = ledger->verify_topology(); !s) return bad(s.message());
-  const bool lanes_possible = ledger->shard_count() == 1 && ledger->transfers().supports_scope() &&
-                              ledger->transfers().concurrent_scopes();
+  // One store with batch transactions: PostgreSQL runs several at once,
+  // SQLite one writer at a time.
+  const bool one_scoped_store = ledger->shard_count() == 1 && ledger->transfers().supports_scope();
+  const bool lanes_possible = one_scoped_store && ledger->transfers().concurrent_scopes();
+  const bool one_writer = one_scoped_store && !lanes_possible;
   if (store_lanes == 0) store_lanes = lanes_possible ? 2 : 1;
-  // One SQLite file takes one writer at a time, so a pool on it moves what
-  // one writer commits: a larger batch spreads each commit's fixed cost (the
-  // accounts' pages rewritten, the other worker's changes read back) over
-  // more transfers (bench/REPORT.md, "The thirtieth session").
-  const bool one_writer = ledger->shard_count() == 1 && ledger->transfers().supports_scope() &&
-                          !ledger->transfers().concurrent_scopes();
+  // A pool on one writer moves what that writer commits: a larger batch
+  // spreads each commit's fixed cost (the accounts' pages rewritten, the
+  // other worker's changes read back) over more transfers (bench/REPORT.md,
+  // "The thirtieth session").
   if (batch_size->count() == 0 && one_writer) o.batch_size = 10000;
   if (store_lanes > 1 && !lanes_possible) {
     return bad("--store-lanes: more than 1 needs a single PostgreSQL store (SQLite takes one "
