@@ -10,11 +10,11 @@
 #include <chrono>
 #include <thread>
 #include <tuple>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "embedded_sql.hpp"
 #include "own_outbox.hpp"
+#include "scope_table.hpp"
 #include "sagapool/sqlite_store.hpp"
 #include "sqlite_util.hpp"
 
@@ -324,8 +324,8 @@ class SqliteStore final : public Store {
       const NewTransfer& t = batch[i];
       const RequestView& r = t.request;
       if (in_scope_) {  // the row is written when the scope ends
-        if (auto it = scope_fresh_.find(r.id); it != scope_fresh_.end()) {
-          const FreshTransfer& f = it->second;
+        if (const FreshTransfer* kept = scope_fresh_.find(r.id)) {
+          const FreshTransfer& f = *kept;
           results[i] = same_request(t, f.payload_hash, f.source, f.destination, f.amount,
                                     f.currency, f.metadata)
                            ? InsertResult::duplicate
@@ -340,7 +340,7 @@ class SqliteStore final : public Store {
         sqlite3_reset(get->get());
         if (rc == SQLITE_ROW) continue;
         if (rc != SQLITE_DONE) return error(rc, "read transfer");
-        scope_fresh_.emplace(std::string(r.id), FreshTransfer::of(t, owner, now, lease_ms));
+        scope_fresh_.insert(r.id).reset(t, owner, now, lease_ms);
         results[i] = InsertResult::inserted;
         continue;
       }
@@ -1249,24 +1249,29 @@ class SqliteStore final : public Store {
     std::uint8_t marks = 0;
     std::int64_t held_source = 0, held_destination = 0;  // reserved by its pending marks
 
-    static FreshTransfer of(const NewTransfer& t, std::string_view owner, std::int64_t now,
-                            std::int64_t lease_ms) {
+    // Every field, in place: an entry reused from an earlier batch keeps
+    // only its strings' capacity.
+    void reset(const NewTransfer& t, std::string_view owner_id, std::int64_t now, std::int64_t lease_ms) {
       const RequestView& r = t.request;
-      FreshTransfer f;
-      f.source = r.from;
-      f.destination = r.to;
-      f.currency = r.currency;
-      f.metadata = r.metadata;
-      f.owner = owner;
-      f.origin_topic = t.origin_topic;
-      f.amount = r.amount;
-      f.payload_hash = static_cast<std::int64_t>(t.payload_hash);
-      f.lease_until = now + lease_ms;
-      f.created_at = f.last_modified = now;
-      f.requested_at = t.requested_at_ms;
-      f.origin_partition = t.origin_partition;
-      f.origin_offset = t.origin_offset;
-      return f;
+      source.assign(r.from);
+      destination.assign(r.to);
+      currency.assign(r.currency);
+      metadata.assign(r.metadata);
+      owner.assign(owner_id);
+      origin_topic.assign(t.origin_topic);
+      amount = r.amount;
+      payload_hash = static_cast<std::int64_t>(t.payload_hash);
+      epoch = 1;
+      lease_until = now + lease_ms;
+      created_at = last_modified = now;
+      requested_at = t.requested_at_ms;
+      finished_at = 0;
+      origin_offset = t.origin_offset;
+      origin_partition = t.origin_partition;
+      state = TransferState::initial;
+      reason = Reason::none;
+      marks = 0;
+      held_source = held_destination = 0;
     }
   };
 
@@ -1311,30 +1316,41 @@ class SqliteStore final : public Store {
   }
 
   FreshTransfer* fresh(std::string_view transfer_id) {
-    if (!in_scope_ || scope_fresh_.empty()) return nullptr;
-    auto it = scope_fresh_.find(transfer_id);
-    return it == scope_fresh_.end() ? nullptr : &it->second;
+    return in_scope_ ? scope_fresh_.find(transfer_id) : nullptr;
   }
 
   Status scope_account(std::string_view id, ScopeAccount*& out) {
-    auto it = scope_accounts_.find(id);
-    if (it == scope_accounts_.end()) {
-      ScopeAccount a;
-      Stmt* st = nullptr;
-      if (Status s = prepare("load_account", st); !s) return s;
-      bind_arg(st, 1, id);
-      if (Status s = scan_account_rows(st,
-                                       [&](const Account& row) {
-                                         a.exists = true;
-                                         a.row = row;
-                                         a.last_transfer.assign(column_view(st->get(), 7));
-                                         a.last_kind.assign(column_view(st->get(), 8));
-                                       });
-          !s)
-        return s;
-      it = scope_accounts_.emplace(std::string(id), std::move(a)).first;
+    if ((out = scope_accounts_.find(id)) != nullptr) return Status::ok();
+    Stmt* st = nullptr;
+    if (Status s = prepare("load_account", st); !s) return s;
+    bind_arg(st, 1, id);
+    sqlite3_stmt* row = st->get();
+    const int rc = sqlite3_step(row);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+      Status failed = error(rc, "read accounts");
+      sqlite3_reset(row);
+      return failed;
     }
-    out = &it->second;
+    ScopeAccount& a = scope_accounts_.insert(id);
+    out = &a;
+    a.exists = rc == SQLITE_ROW;
+    a.dirty = false;
+    if (a.exists) {  // in place: a reused entry keeps its strings' capacity
+      a.row.id.assign(column_view(row, 0));
+      a.row.balance = sqlite3_column_int64(row, 1);
+      a.row.opening_balance = sqlite3_column_int64(row, 2);
+      a.row.min_balance = sqlite3_column_int64(row, 3);
+      a.row.currency.assign(column_view(row, 4));
+      a.row.locked = sqlite3_column_int(row, 5) != 0;
+      a.row.reserved = sqlite3_column_int64(row, 6);
+      a.last_transfer.assign(column_view(row, 7));
+      a.last_kind.assign(column_view(row, 8));
+    } else {
+      a.row = Account{};
+      a.last_transfer.clear();
+      a.last_kind.clear();
+    }
+    sqlite3_reset(row);
     return Status::ok();
   }
 
@@ -1386,7 +1402,7 @@ class SqliteStore final : public Store {
     for (auto& [id, a] : scope_accounts_) {
       if (!a.dirty) continue;
       bind_arg(bal, 1, a.row.balance);
-      bind_arg(bal, 2, std::string_view(id));
+      bind_arg(bal, 2, id);
       bind_arg(bal, 3, a.row.reserved);
       bind_arg(bal, 4, std::string_view(a.last_transfer));
       bind_arg(bal, 5, std::string_view(a.last_kind));
@@ -1507,8 +1523,8 @@ class SqliteStore final : public Store {
     using is_transparent = void;
     std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
   };
-  std::unordered_map<std::string, ScopeAccount, StringHash, std::equal_to<>> scope_accounts_;
-  std::unordered_map<std::string, FreshTransfer, StringHash, std::equal_to<>> scope_fresh_;
+  ScopeTable<ScopeAccount> scope_accounts_;
+  ScopeTable<FreshTransfer> scope_fresh_;
 };
 
 }  // namespace
