@@ -1,11 +1,14 @@
 // What a batch scope keeps in memory by string id (accounts, fresh
 // transfers): entries in order of insertion, found through an
 // open-addressing index. Cleared per batch but never freed, so a warm scope
-// reuses its entries' strings and allocates nothing per transfer; entries
-// stay where they are (a deque) so references survive later inserts.
+// reuses its entries' strings and allocates nothing per transfer; the
+// memory stays at the largest batch's. Entries stay where they are (a
+// deque), so a reference survives later inserts, but never a clear(): the
+// entry then belongs to the next id inserted.
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -20,7 +23,7 @@ template <typename T>
 class ScopeTable {
  public:
   struct Entry {
-    std::string id;
+    std::string id;  // the index's key: written only by insert()
     T value;
   };
 
@@ -36,11 +39,12 @@ class ScopeTable {
   // A new entry for an id not in the table; its value is reset by the
   // caller (it may hold the last batch's contents, kept for their capacity).
   T& insert(std::string_view id) {
+    assert(find(id) == nullptr);
     if ((size_ + 1) * 2 > index_.size()) grow();
     if (size_ == entries_.size()) entries_.emplace_back();
     Entry& entry = entries_[size_];
     entry.id.assign(id);
-    place(hash(id), static_cast<std::uint32_t>(++size_));
+    place(hash(entry.id), static_cast<std::uint32_t>(++size_));
     return entry.value;
   }
 

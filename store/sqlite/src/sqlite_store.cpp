@@ -1139,20 +1139,26 @@ class SqliteStore final : public Store {
     return Status::ok();
   }
 
+  // The first seven columns of every account read (load_account,
+  // scan_accounts), assigned in place so a reused Account keeps its
+  // strings' capacity.
+  static void read_account_columns(sqlite3_stmt* s, Account& a) {
+    a.id.assign(column_view(s, 0));
+    a.balance = sqlite3_column_int64(s, 1);
+    a.opening_balance = sqlite3_column_int64(s, 2);
+    a.min_balance = sqlite3_column_int64(s, 3);
+    a.currency.assign(column_view(s, 4));
+    a.locked = sqlite3_column_int(s, 5) != 0;
+    a.reserved = sqlite3_column_int64(s, 6);
+  }
+
   Status scan_account_rows(Stmt* st, const std::function<void(const Account&)>& fn) {
     Account a;
     for (;;) {
       const int rc = sqlite3_step(st->get());
       if (rc == SQLITE_DONE) break;
       if (rc != SQLITE_ROW) return error(rc, "read accounts");
-      sqlite3_stmt* s = st->get();
-      a.id = column_text(s, 0);
-      a.balance = sqlite3_column_int64(s, 1);
-      a.opening_balance = sqlite3_column_int64(s, 2);
-      a.min_balance = sqlite3_column_int64(s, 3);
-      a.currency = column_text(s, 4);
-      a.locked = sqlite3_column_int(s, 5) != 0;
-      a.reserved = sqlite3_column_int64(s, 6);
+      read_account_columns(st->get(), a);
       fn(a);
     }
     sqlite3_reset(st->get());
@@ -1249,9 +1255,16 @@ class SqliteStore final : public Store {
     std::uint8_t marks = 0;
     std::int64_t held_source = 0, held_destination = 0;  // reserved by its pending marks
 
-    // Every field, in place: an entry reused from an earlier batch keeps
-    // only its strings' capacity.
+    // An entry reused from an earlier batch keeps only its strings'
+    // capacity: every other field starts from its default, so a field added
+    // later cannot carry one transfer's value into the next.
     void reset(const NewTransfer& t, std::string_view owner_id, std::int64_t now, std::int64_t lease_ms) {
+      FreshTransfer blank;
+      for (auto member : {&FreshTransfer::source, &FreshTransfer::destination, &FreshTransfer::currency,
+                          &FreshTransfer::metadata, &FreshTransfer::owner, &FreshTransfer::origin_topic}) {
+        std::swap(this->*member, blank.*member);
+      }
+      *this = std::move(blank);
       const RequestView& r = t.request;
       source.assign(r.from);
       destination.assign(r.to);
@@ -1261,17 +1274,11 @@ class SqliteStore final : public Store {
       origin_topic.assign(t.origin_topic);
       amount = r.amount;
       payload_hash = static_cast<std::int64_t>(t.payload_hash);
-      epoch = 1;
       lease_until = now + lease_ms;
       created_at = last_modified = now;
       requested_at = t.requested_at_ms;
-      finished_at = 0;
       origin_offset = t.origin_offset;
       origin_partition = t.origin_partition;
-      state = TransferState::initial;
-      reason = Reason::none;
-      marks = 0;
-      held_source = held_destination = 0;
     }
   };
 
@@ -1335,14 +1342,8 @@ class SqliteStore final : public Store {
     out = &a;
     a.exists = rc == SQLITE_ROW;
     a.dirty = false;
-    if (a.exists) {  // in place: a reused entry keeps its strings' capacity
-      a.row.id.assign(column_view(row, 0));
-      a.row.balance = sqlite3_column_int64(row, 1);
-      a.row.opening_balance = sqlite3_column_int64(row, 2);
-      a.row.min_balance = sqlite3_column_int64(row, 3);
-      a.row.currency.assign(column_view(row, 4));
-      a.row.locked = sqlite3_column_int(row, 5) != 0;
-      a.row.reserved = sqlite3_column_int64(row, 6);
+    if (a.exists) {
+      read_account_columns(row, a.row);
       a.last_transfer.assign(column_view(row, 7));
       a.last_kind.assign(column_view(row, 8));
     } else {
@@ -1519,7 +1520,7 @@ class SqliteStore final : public Store {
   std::vector<std::string_view> outbox_done_, outbox_canceled_;  // a row's ids, reused
   std::string json_done_, json_canceled_;
   std::vector<std::pair<std::int64_t, std::int64_t>> expired_;  // outbox rows: seq, lease
-  struct StringHash {
+  struct StringHash {  // scan_transfer_states' set, looked up by string_view
     using is_transparent = void;
     std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
   };
