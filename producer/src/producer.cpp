@@ -60,7 +60,12 @@ Status TransferProducer::create(TransferProducerOptions options,
       {"client.id", options.client_id},
       {"enable.idempotence", "true"},
       {"compression.type", "lz4"},
-      {"linger.ms", "5"},
+      // Requests arrive one call at a time: waiting up to 25 ms makes fewer,
+      // larger produce requests, whose per-request cost the broker pays. At
+      // 20,000/s, 5 ms cost the broker 1.5-3 times the CPU a transfer and
+      // the saga a p99 of 0.3-2.6 s (bench/REPORT.md, "The thirty-second
+      // session"). The workers' outcomes wait as long.
+      {"linger.ms", "25"},
       {"batch.num.messages", "10000"},
       {"queue.buffering.max.messages", "500000"},
   };

@@ -431,6 +431,23 @@ TEST(TransferProducer, ConfigureSeesTheDefaultsAndTheOptionsThatOverrideThem) {
   EXPECT_EQ(seen["client.id"], "sagapool-producer");
 }
 
+// Requests published one call at a time wait for company: one small produce
+// request each cost the broker a third to two thirds of its CPU a transfer
+// at half load (bench/REPORT.md, "The thirty-second session").
+TEST(TransferProducer, ByDefaultARequestWaitsUpTo25msToShareItsProduceRequest) {
+  auto o = unreachable_transfers();
+  std::string linger;
+  o.configure = [&](rd_kafka_conf_t& conf) {
+    std::array<char, 64> value{};
+    std::size_t size = value.size();
+    ASSERT_EQ(rd_kafka_conf_get(&conf, "linger.ms", value.data(), &size), RD_KAFKA_CONF_OK);
+    linger = value.data();
+  };
+  std::unique_ptr<TransferProducer> p;
+  ASSERT_TRUE(TransferProducer::create(o, p).is_ok());
+  EXPECT_EQ(linger, "25");
+}
+
 TEST(TransferProducer, QueueFullWaitsBoundedThenRetryCallAndCloseReportsTheRest) {
   auto o = unreachable_transfers();
   o.kafka_opts.emplace_back("queue.buffering.max.messages", "4");

@@ -35,7 +35,7 @@ struct TransferProducerOptions {
   std::string brokers;  // bootstrap.servers
   std::string topic = std::string(kDefaultRequestsTopic);
   // librdkafka properties, set in order after these defaults, so they win:
-  // enable.idempotence=true, compression.type=lz4, linger.ms=5,
+  // enable.idempotence=true, compression.type=lz4, linger.ms=25,
   // batch.num.messages=10000, queue.buffering.max.messages=500000.
   std::vector<std::pair<std::string, std::string>> kafka_opts;
   std::string client_id = "sagapool-producer";
