@@ -431,9 +431,9 @@ TEST(TransferProducer, ConfigureSeesTheDefaultsAndTheOptionsThatOverrideThem) {
   EXPECT_EQ(seen["client.id"], "sagapool-producer");
 }
 
-// Requests published one call at a time wait for company: one small produce
-// request each cost the broker a third to two thirds of its CPU a transfer
-// at half load (bench/REPORT.md, "The thirty-second session").
+// Requests published one call at a time wait for company: with 5 ms, a third
+// to two thirds of the broker's CPU a transfer at half load went on small
+// produce requests (bench/REPORT.md, "The thirty-second session").
 TEST(TransferProducer, ByDefaultARequestWaitsUpTo25msToShareItsProduceRequest) {
   auto o = unreachable_transfers();
   std::string linger;
