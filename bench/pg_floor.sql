@@ -1,9 +1,11 @@
 -- The PostgreSQL floors: what a batch of finished transfers writes, in bare
 -- SQL with no saga logic, as the saga's batch transaction writes it on one
 -- store: the batch's accounts locked in id order, two postings a transfer
--- (in batch order, under those locks), each account's balance once, and the
--- transfers' rows in their final state, listed in one outbox row. No
--- checks, no outcomes to decide.
+-- (in batch order, under those locks, with the batch's number), each
+-- account's balance once with its batch link and the batch's one link row
+-- (store/postgres/sql/migrations/0009_batch_links.sql), and the transfers'
+-- rows in their final state, listed in one outbox row. No checks, no
+-- outcomes to decide.
 -- On shards (the two-shard floor, (gf)) each server writes the legs whose
 -- accounts live there (src_here, dst_here), and the transfers' and outbox
 -- rows only where :home = 1 (the first shard holds every transfer
@@ -23,17 +25,23 @@ SELECT count(*) FROM (SELECT a.id FROM saga_accounts a
     JOIN (SELECT src AS id FROM floor_batches WHERE k = :k AND src_here
           UNION SELECT dst FROM floor_batches WHERE k = :k AND dst_here) batch ON a.id = batch.id
     ORDER BY a.id FOR UPDATE OF a) locked;
-INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
+-- (SELECT saga_batch_id()): one call a statement, not one a row.
+INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms, batch)
   SELECT 'floor-' || :r || '-' || n, CASE WHEN j = 1 THEN src ELSE dst END,
-      CASE WHEN j = 1 THEN 'debit' ELSE 'credit' END, amount, 1700000000000
+      CASE WHEN j = 1 THEN 'debit' ELSE 'credit' END, amount, 1700000000000, (SELECT saga_batch_id())
     FROM floor_batches, generate_series(1, 2) j
     WHERE k = :k AND ((j = 1 AND src_here) OR (j = 2 AND dst_here)) ORDER BY n, j;
-UPDATE saga_accounts a SET balance = a.balance + d.delta
-  FROM (SELECT acc, sum(delta) AS delta
-          FROM (SELECT src AS acc, -amount AS delta FROM floor_batches WHERE k = :k AND src_here
-                UNION ALL SELECT dst, amount FROM floor_batches WHERE k = :k AND dst_here) x
-          GROUP BY acc) d
-  WHERE a.id = d.acc AND d.delta <> 0;
+WITH moved AS (
+  UPDATE saga_accounts a SET balance = a.balance + d.delta, prev_batch = a.last_batch,
+      last_batch = (SELECT saga_batch_id())
+    FROM (SELECT acc, sum(delta) AS delta
+            FROM (SELECT src AS acc, -amount AS delta FROM floor_batches WHERE k = :k AND src_here
+                  UNION ALL SELECT dst, amount FROM floor_batches WHERE k = :k AND dst_here) x
+            GROUP BY acc) d
+    WHERE a.id = d.acc
+    RETURNING a.id, a.prev_batch)
+INSERT INTO saga_batch_links (batch, accounts, prevs)
+  SELECT (SELECT saga_batch_id()), array_agg(m.id), array_agg(m.prev_batch) FROM moved m;
 INSERT INTO saga_transfers (id, source, destination, amount, currency, metadata, payload_hash, state,
     owner, epoch, lease_until_ms, reason, created_at_ms, last_modified_ms, requested_at_ms,
     finished_at_ms, attempts, notified, origin_topic, origin_partition, origin_offset)

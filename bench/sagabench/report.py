@@ -272,7 +272,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("  `--account-index`, postings unlinked and indexed by (account, time) in postings_account instead.")
     w("- **the floor (h)**: `bench/pg_floor.sql` by pgbench on a copy of the PostgreSQL ledger: per")
     w(f"  transaction {thousands(PG_FLOOR_BATCH)} finished transfers (a lane's share of the workers' batch), Zipf:")
-    w("  their accounts locked in id order, two postings each, each account's balance once, the transfers' rows")
+    w("  their accounts locked in id order, two postings each, each account's balance and batch link once, the")
+    w("  batch's link row, the transfers' rows")
     w("  in their final state. No checks, no outcomes to decide, no broker or worker on the machine;")
     w(f"  {', '.join(map(str, PG_FLOOR_CLIENTS))} clients = transactions in flight ((e)'s 1, 2 and 4 workers run 2 "
       f"lanes each), {o.pgbench_s} s each.")

@@ -1,6 +1,9 @@
 // The conformance suite on PostgreSQL (label `integration`), plus what only
 // this backend has: connection handling, secrets, schema versions, one
 // transaction per batch call.
+#include <algorithm>
+#include <atomic>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <random>
@@ -219,7 +222,7 @@ TEST(PgStore, SchemaIsVersionedAndConcurrentInitsAreSerialised) {
   EXPECT_EQ(psql_value(server, db,
                        "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM "
                        "information_schema.tables WHERE table_name LIKE 'saga\\_%'"),
-            "saga_accounts,saga_decisions,saga_leg_voids,saga_meta,saga_outbox,saga_owners_seen,"
+            "saga_accounts,saga_batch_links,saga_decisions,saga_leg_voids,saga_meta,saga_outbox,saga_owners_seen,"
             "saga_pending,saga_postings,saga_transfers,saga_workers");
 
   // A schema newer than this build is refused, not downgraded.
@@ -952,7 +955,7 @@ TEST(PgStore, TheSettleLocksItsAccountsInIdOrder) {
   SAGA_ASSERT_OK(s->settle_sagas(batch, results));
   SAGA_ASSERT_OK(s->end_scope(true));
   for (const SettleResult& r : results) ASSERT_EQ(r.outcome, TransferState::done);
-  const std::string plan = logged_plan(server, "UPDATE saga_accounts a SET balance = (a.balance::numeric");
+  const std::string plan = logged_plan(server, "WITH checked AS (");
   ASSERT_FALSE(plan.empty()) << "auto_explain logged no plan of saga_settle's UPDATE";
   const std::size_t loop = plan.find("Nested Loop");
   const std::size_t outer = plan.find("Function Scan on x ");
@@ -1286,6 +1289,144 @@ TEST(PgStore, AFailedCallInsideAScopeFailsTheLaterCallsAndTheCommit) {
   EXPECT_EQ(r.status, LegStatus::posted);
   SAGA_ASSERT_OK(s->end_scope(true));
   EXPECT_EQ(pg_balance(*s, "a"), 900);
+}
+
+// An account's history (`sagactl accounts show`) is found through the
+// batches that posted to it (migrations/0009_batch_links.sql), in the order
+// they locked it. Two stores settle overlapping batches at once on accounts
+// that hold little, so walks run deferred, again on locked rows, and with
+// refusals for the balance. Each account's history must be exactly its
+// postings, and replayed from the oldest it must move the balance as the
+// walks did: never below the minimum after a debit, ending at the balance.
+TEST(PgStore, AnAccountsHistoryIsItsPostingsInTheOrderTheyMovedItsBalance) {
+  auto [server, db, a] = fresh_database("history_order");
+  ASSERT_NE(a, nullptr);
+  std::unique_ptr<Store> b = open_initialised(server.url(db));
+  ASSERT_NE(b, nullptr);
+  constexpr int kAccounts = 6;
+  constexpr std::int64_t kOpening = 100;
+  std::vector<Account> accounts;
+  for (int i = 0; i < kAccounts; ++i) accounts.push_back(make_account("acct-" + std::to_string(i), kOpening));
+  SAGA_ASSERT_OK(a->create_accounts(accounts));
+  std::atomic<int> retried{0};
+  const auto work = [&](Store& s, int worker) {
+    std::mt19937 rng(static_cast<unsigned>(worker));
+    for (int batch = 0; batch < 150; ++batch) {
+      std::vector<std::string> ids, from, to;
+      for (int i = 0; i < 20; ++i) {
+        const int src = static_cast<int>(rng() % kAccounts);
+        ids.push_back("w" + std::to_string(worker) + "-" + std::to_string(batch) + "-" + std::to_string(i));
+        from.push_back("acct-" + std::to_string(src));
+        to.push_back("acct-" + std::to_string((src + 1 + static_cast<int>(rng() % (kAccounts - 1))) % kAccounts));
+      }
+      std::vector<SettleRequest> requests;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        requests.push_back({ids[i], from[i], to[i], static_cast<std::int64_t>(1 + rng() % 60), ""});
+      }
+      std::vector<SettleResult> results(requests.size());
+      for (;;) {
+        Status st = settle_new(s, requests, results);
+        if (!st.is_ok()) (void)s.end_scope(false);
+        else st = finish_settled(s, requests, results);
+        if (st.is_ok()) break;
+        if (!st.is_transient() && st.kind() != ErrorKind::retry_stage) {
+          ADD_FAILURE() << st.message();
+          return;
+        }
+        ++retried;
+      }
+    }
+  };
+  std::thread other([&] { work(*b, 2); });
+  work(*a, 1);
+  other.join();
+  std::cout << "batches run again: " << retried << "\n";
+
+  std::map<std::string, std::multiset<std::string>> scanned;
+  SAGA_ASSERT_OK(a->scan_postings([&](const Posting& p) {
+    scanned[p.account_id].insert(p.transfer_id + "/" + std::string(to_string(p.kind)));
+  }));
+  int refused_debits = 0;
+  for (const Account& account : accounts) {
+    SCOPED_TRACE(account.id);
+    std::vector<Posting> history;
+    SAGA_ASSERT_OK(a->postings_for_account(account.id, 100'000, history));
+    std::multiset<std::string> got;
+    for (const Posting& p : history) got.insert(p.transfer_id + "/" + std::string(to_string(p.kind)));
+    EXPECT_EQ(got, scanned[account.id]);
+    std::int64_t balance = kOpening;
+    std::for_each(history.rbegin(), history.rend(), [&](const Posting& p) {
+      balance += signed_amount(p.kind, p.amount);
+      if (p.kind == PostingKind::debit) EXPECT_GE(balance, 0) << p.transfer_id;
+      if (p.kind == PostingKind::reverse_debit) ++refused_debits;
+    });
+    EXPECT_EQ(balance, pg_balance(*a, account.id));
+  }
+  // Every batch's link row names each account once, and an account's
+  // batches chain back without a fork: no two of its links name the same
+  // batch before.
+  EXPECT_EQ(psql_value(server, db,
+                       "SELECT count(*) FROM (SELECT l.batch, u.acc FROM saga_batch_links l, "
+                       "unnest(l.accounts) u(acc) GROUP BY 1, 2 HAVING count(*) > 1) d"),
+            "0");
+  EXPECT_EQ(psql_value(server, db,
+                       "SELECT count(*) FROM (SELECT u.acc, u.prev FROM saga_batch_links l, "
+                       "unnest(l.accounts, l.prevs) u(acc, prev) GROUP BY 1, 2 HAVING count(*) > 1) d"),
+            "0");
+  EXPECT_EQ(psql_value(server, db, "SELECT count(*) FROM saga_postings WHERE batch IS NULL"), "0");
+}
+
+// A deferred walk writes its postings before it locks (at COMMIT): here
+// t-1's batch walks first, t-2's walks, locks and commits meanwhile, and
+// then t-1's locks. acct-a's balance moved by t-2 first, so its history,
+// newest first, gives t-1 first, though t-1's posting was written earlier.
+TEST(PgStore, AnAccountsHistoryFollowsTheOrderItsBatchesLockedIt) {
+  auto [server, db, walker] = fresh_database("history_lock_order");
+  ASSERT_NE(walker, nullptr);
+  std::unique_ptr<Store> other = open_initialised(server.url(db));
+  ASSERT_NE(other, nullptr);
+  SAGA_ASSERT_OK(walker->create_accounts(
+      std::vector<Account>{make_account("acct-a", 100), make_account("acct-b", 0), make_account("acct-c", 1000)}));
+  const SettleRequest t1{"t-1", "acct-a", "acct-b", 60, ""};
+  const SettleRequest t2{"t-2", "acct-c", "acct-a", 50, ""};
+  SettleResult r1, r2;
+  SAGA_ASSERT_OK(settle_new(*walker, std::span(&t1, 1), std::span(&r1, 1)));
+  EXPECT_FALSE(row_locked(server, db, "acct-a"));  // deferred: no lock yet
+  SAGA_ASSERT_OK(settle_new(*other, std::span(&t2, 1), std::span(&r2, 1)));
+  SAGA_ASSERT_OK(finish_settled(*other, std::span(&t2, 1), std::span(&r2, 1)));
+  SAGA_ASSERT_OK(finish_settled(*walker, std::span(&t1, 1), std::span(&r1, 1)));
+  std::vector<Posting> history;
+  SAGA_ASSERT_OK(walker->postings_for_account("acct-a", 10, history));
+  std::vector<std::string> got;
+  for (const Posting& p : history) got.push_back(p.transfer_id + "/" + std::string(to_string(p.kind)));
+  EXPECT_EQ(got, (std::vector<std::string>{"t-1/debit", "t-2/credit"}));
+  EXPECT_EQ(pg_balance(*walker, "acct-a"), 90);
+}
+
+// Postings from before version 9 have no batch: an account's history gives
+// them after its batches' postings, newest first, through their own index.
+TEST(PgStore, PostingsFromBeforeBatchesComeAfterTheBatchedOnes) {
+  auto [server, db, s] = fresh_database("history_unbatched");
+  ASSERT_NE(s, nullptr);
+  SAGA_ASSERT_OK(s->create_accounts(std::vector<Account>{make_account("acct-a", 1000), make_account("acct-b", 0)}));
+  psql_value(server, db,
+             "INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms) VALUES "
+             "('old-1', 'acct-a', 'debit', 5, 1), ('old-2', 'acct-a', 'debit', 7, 2)");
+  const SettleRequest t{"t-1", "acct-a", "acct-b", 10, ""};
+  SettleResult result;
+  SAGA_ASSERT_OK(settle_new(*s, std::span(&t, 1), std::span(&result, 1)));
+  SAGA_ASSERT_OK(finish_settled(*s, std::span(&t, 1), std::span(&result, 1)));
+  const auto recent = [&](std::size_t limit) {
+    std::vector<Posting> postings;
+    EXPECT_TRUE(s->postings_for_account("acct-a", limit, postings).is_ok());
+    std::vector<std::string> out;
+    for (const Posting& p : postings) out.push_back(p.transfer_id);
+    return out;
+  };
+  EXPECT_EQ(recent(10), (std::vector<std::string>{"t-1", "old-2", "old-1"}));
+  EXPECT_EQ(recent(2), (std::vector<std::string>{"t-1", "old-2"}));
+  EXPECT_EQ(recent(1), (std::vector<std::string>{"t-1"}));
+  EXPECT_EQ(psql_value(server, db, "SELECT to_regclass('saga_postings_account') IS NULL"), "t");
 }
 
 }  // namespace

@@ -54,7 +54,11 @@ namespace sagapool {
 //    Nothing changes on PostgreSQL or MongoDB.
 // 8: PostgreSQL keeps the commit decisions of batches across stores
 //    (expand: the table). Nothing changes on SQLite or MongoDB.
-inline constexpr int kSchemaVersion = 8;
+// 9: PostgreSQL finds an account's postings through its batches
+//    (expand: the batch columns, links and index; contract: the older
+//    postings' own index, and postings_account dropped). Nothing changes on
+//    SQLite or MongoDB.
+inline constexpr int kSchemaVersion = 9;
 
 // Recorded in every store by `sagactl init` so that processes given the
 // stores in another number or order refuse to start instead of misplacing
@@ -214,7 +218,9 @@ struct BalanceMove {
   // Per check the walk passed (none: not checked): the lowest balance a
   // debit left, the highest reservation a debit left, the highest
   // balance + reservation a credit left; and whether a leg was refused
-  // for the balance (then the row must be exactly as read).
+  // for the balance (then the row must be exactly as read). Every posted
+  // debit or credit passed its checks, so an account the walk posted to
+  // has `low` or `sum_high`: PostgreSQL links its history by that.
   std::optional<std::int64_t> low;
   std::optional<std::int64_t> reserved_high;
   std::optional<std::int64_t> sum_high;

@@ -13,6 +13,52 @@
 CREATE OR REPLACE FUNCTION saga_now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
 $$ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
 
+-- This transaction's batch number, the same for every posting it writes: a
+-- new one from saga_batches on its first call, kept in a setting local to
+-- the transaction (a rolled-back subtransaction forgets it with its
+-- postings). A sequence, not the transaction id: a dump restored elsewhere
+-- keeps its value, so later batches never reuse a number.
+CREATE OR REPLACE FUNCTION saga_batch_id() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v text := current_setting('saga.batch', true);
+BEGIN
+  IF coalesce(v, '') = '' THEN
+    v := nextval('saga_batches')::text;
+    PERFORM set_config('saga.batch', v, true);
+  END IF;
+  RETURN v::bigint;
+END $$;
+
+-- An account's latest postings, at most p_limit, newest first: from its
+-- last batch back through saga_batch_links (migrations/0009_batch_links.sql),
+-- each batch's postings in the order written; then those from before
+-- version 9, newest first. Batches follow the order in which they locked the
+-- account, which is the order their balances moved. STABLE: every read
+-- sees the caller's snapshot, so a batch committing meanwhile is seen whole
+-- or not at all.
+CREATE OR REPLACE FUNCTION saga_account_postings(p_account text, p_limit bigint)
+  RETURNS TABLE (o_transfer text, o_account text, o_kind text, o_amount bigint, o_at bigint)
+  LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_batch bigint;
+  v_left bigint := p_limit;
+  v_got bigint;
+BEGIN
+  SELECT a.last_batch INTO v_batch FROM saga_accounts a WHERE a.id = p_account;
+  WHILE v_batch IS NOT NULL AND v_left > 0 LOOP
+    RETURN QUERY SELECT p.transfer_id, p.account_id, p.kind, p.amount, p.at_ms FROM saga_postings p
+      WHERE p.batch = v_batch AND p.account_id = p_account ORDER BY p.seq DESC LIMIT v_left;
+    GET DIAGNOSTICS v_got = ROW_COUNT;
+    v_left := v_left - v_got;
+    SELECT l.prevs[array_position(l.accounts, p_account)] INTO v_batch FROM saga_batch_links l
+      WHERE l.batch = v_batch AND p_account = ANY (l.accounts) LIMIT 1;
+  END LOOP;
+  IF v_left > 0 THEN
+    RETURN QUERY SELECT p.transfer_id, p.account_id, p.kind, p.amount, p.at_ms FROM saga_postings p
+      WHERE p.batch IS NULL AND p.account_id = p_account ORDER BY p.seq DESC LIMIT v_left;
+  END IF;
+END $$;
+
 -- Results: 0 inserted, 1 duplicate, 2 conflict, -1 vanished (an error), one
 -- row per input, in order. An id named twice in one batch: the first is
 -- inserted, the later ones compare with it, as one by one.
@@ -357,6 +403,8 @@ DECLARE
   v_scoped boolean := coalesce(current_setting('saga.scope', true), '') = 'on';
   q_real boolean[];
   v_real_dropped boolean := false;
+  a_post boolean[];  -- per slot: a leg posted on it
+  v_batch bigint;
 BEGIN
   IF v_n = 0 THEN
     RETURN;
@@ -379,6 +427,7 @@ BEGIN
     LEFT JOIN unnest(a_id) WITH ORDINALITY AS s(id, k) ON s.id = u.acc;
   a_bal0 := a_bal;
   a_res0 := a_res;
+  a_post := array_fill(false, ARRAY[coalesce(cardinality(a_id), 0)]);
   -- What the journal and the voids hold for each pair, one index range of
   -- each per pair; a pair only released needs neither. Of the pending list
   -- only what each pair's entry reserves is read (a release or a reversal
@@ -464,6 +513,7 @@ BEGIN
         w_acc[w_n] := p_account[i];
         w_kind[w_n] := p_op[i];
         w_amount[w_n] := p_amount[i];
+        a_post[k] := true;
         IF v_debit THEN
           a_bal[k] := a_bal[k] - p_amount[i];
           a_res[k] := a_res[k] + p_amount[i];
@@ -503,6 +553,7 @@ BEGIN
           w_acc[w_n] := p_account[i];
           w_kind[w_n] := 'reverse_debit';
           w_amount[w_n] := v_amount;
+          a_post[k] := true;
           a_bal[k] := a_bal[k] + v_amount;
           a_res[k] := a_res[k] - coalesce(q_held[q], 0);
           q_held[q] := NULL;
@@ -535,15 +586,26 @@ BEGIN
   END LOOP;
 
   IF w_n > 0 THEN
-    INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
-      SELECT w.tr, w.acc, w.kind, w.amount, v_now
+    v_batch := saga_batch_id();
+    INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms, batch)
+      SELECT w.tr, w.acc, w.kind, w.amount, v_now, v_batch
         FROM unnest(w_tr, w_acc, w_kind, w_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
         ORDER BY w.n;
   END IF;
+  -- An account posted on (its balance may end where it began) is written
+  -- too: this batch becomes its last (migrations/0009_batch_links.sql).
   IF w_n > 0 OR v_pend_dropped THEN
-    UPDATE saga_accounts a SET balance = s.bal, reserved = s.res
-      FROM unnest(a_id, a_bal, a_bal0, a_res, a_res0) AS s(id, bal, bal0, res, res0)
-      WHERE a.id = s.id AND (s.bal <> s.bal0 OR s.res <> s.res0);
+    WITH moved AS (
+      UPDATE saga_accounts a SET balance = s.bal, reserved = s.res,
+          prev_batch = CASE WHEN s.post AND a.last_batch IS DISTINCT FROM v_batch THEN a.last_batch
+            ELSE a.prev_batch END,
+          last_batch = CASE WHEN s.post THEN v_batch ELSE a.last_batch END
+        FROM unnest(a_id, a_bal, a_bal0, a_res, a_res0, a_post) AS s(id, bal, bal0, res, res0, post)
+        WHERE a.id = s.id AND (s.bal <> s.bal0 OR s.res <> s.res0 OR s.post)
+        RETURNING a.id, a.prev_batch, s.post)
+    INSERT INTO saga_batch_links (batch, accounts, prevs)
+      SELECT v_batch, array_agg(m.id), array_agg(m.prev_batch) FROM moved m WHERE m.post
+        HAVING count(*) > 0;
   END IF;
   IF v_pend_added AND (NOT v_scoped OR true = ANY (q_real)) THEN
     INSERT INTO saga_pending (account_id, transfer_id, reserved)
@@ -601,10 +663,13 @@ END $$;
 CREATE OR REPLACE FUNCTION saga_write_walk(p_now bigint, p_tr text[], p_acc text[], p_kind text[],
     p_amount bigint[], p_void_tr text[], p_void_acc text[], p_void_kind text[])
   RETURNS void LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_batch bigint;
 BEGIN
   IF cardinality(p_tr) > 0 THEN
-    INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms)
-      SELECT w.tr, w.acc, w.kind, w.amount, p_now
+    v_batch := saga_batch_id();
+    INSERT INTO saga_postings (transfer_id, account_id, kind, amount, at_ms, batch)
+      SELECT w.tr, w.acc, w.kind, w.amount, p_now, v_batch
         FROM unnest(p_tr, p_acc, p_kind, p_amount) WITH ORDINALITY AS w(tr, acc, kind, amount, n)
         ORDER BY w.n;
   END IF;
@@ -747,6 +812,7 @@ DECLARE
   v_amount bigint;
   v_cur text;
   v_reason text;
+  v_batch bigint;
 BEGIN
   IF v_n = 0 THEN
     RETURN;
@@ -873,10 +939,20 @@ BEGIN
 
     IF v_locked THEN
       PERFORM saga_write_walk(v_now, w_tr, w_acc, w_kind, w_amount, v_tr, v_acc, v_kind);
-      -- Reservations end where they began: only balances change.
-      UPDATE saga_accounts a SET balance = x.bal
-        FROM unnest(a_id, a_bal, a_bal0) AS x(id, bal, bal0)
-        WHERE a.id = x.id AND x.bal <> x.bal0;
+      -- Reservations end where they began: only balances change, and only
+      -- where the walk posted (a debit leaves low, a credit sum), which
+      -- also links this batch (migrations/0009_batch_links.sql).
+      v_batch := saga_batch_id();
+      WITH moved AS (
+        UPDATE saga_accounts a SET balance = x.bal,
+            prev_batch = CASE WHEN a.last_batch IS DISTINCT FROM v_batch THEN a.last_batch
+              ELSE a.prev_batch END,
+            last_batch = v_batch
+          FROM unnest(a_id, a_bal, b_low, b_sum) AS x(id, bal, low, sum)
+          WHERE a.id = x.id AND (x.low IS NOT NULL OR x.sum IS NOT NULL)
+          RETURNING a.id, a.prev_batch)
+      INSERT INTO saga_batch_links (batch, accounts, prevs)
+        SELECT v_batch, array_agg(m.id), array_agg(m.prev_batch) FROM moved m HAVING count(*) > 0;
       EXIT;
     END IF;
     IF p_defer AND array_position(b_refused, true) IS NULL THEN
@@ -921,18 +997,30 @@ CREATE OR REPLACE FUNCTION saga_settle_move(a_id text[], a_bal bigint[], a_bal0 
   RETURNS bigint LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   c_max constant numeric := 9223372036854775807;
+  v_batch bigint := saga_batch_id();
   v_rows bigint;
 BEGIN
-  UPDATE saga_accounts a SET balance = (a.balance::numeric + x.bal - x.bal0)::bigint
-    FROM unnest(a_id, a_bal, a_bal0, a_res0, a_min, a_cur, a_locked, b_low, b_res, b_sum, b_refused)
-      AS x(id, bal, bal0, res0, min, cur, locked, low, res, sum, refused)
-    WHERE a.id = x.id AND a.locked = x.locked AND a.currency = x.cur AND a.min_balance = x.min
-      AND ((a.balance = x.bal0 AND a.reserved = x.res0)
-        OR (x.refused IS NULL
-          AND (x.low IS NULL OR x.low::numeric + a.balance - x.bal0 >= a.min_balance)
-          AND (x.res IS NULL OR x.res::numeric + a.reserved - x.res0 <= c_max)
-          AND (x.sum IS NULL OR x.sum + a.balance - x.bal0 + a.reserved - x.res0 <= c_max)));
-  GET DIAGNOSTICS v_rows = ROW_COUNT;
+  -- Where the walk posted (a debit leaves low, a credit sum), this batch
+  -- becomes the account's last (migrations/0009_batch_links.sql).
+  WITH checked AS (
+    UPDATE saga_accounts a SET balance = (a.balance::numeric + x.bal - x.bal0)::bigint,
+        prev_batch = CASE WHEN (x.low IS NOT NULL OR x.sum IS NOT NULL)
+          AND a.last_batch IS DISTINCT FROM v_batch THEN a.last_batch ELSE a.prev_batch END,
+        last_batch = CASE WHEN x.low IS NOT NULL OR x.sum IS NOT NULL THEN v_batch ELSE a.last_batch END
+      FROM unnest(a_id, a_bal, a_bal0, a_res0, a_min, a_cur, a_locked, b_low, b_res, b_sum, b_refused)
+        AS x(id, bal, bal0, res0, min, cur, locked, low, res, sum, refused)
+      WHERE a.id = x.id AND a.locked = x.locked AND a.currency = x.cur AND a.min_balance = x.min
+        AND ((a.balance = x.bal0 AND a.reserved = x.res0)
+          OR (x.refused IS NULL
+            AND (x.low IS NULL OR x.low::numeric + a.balance - x.bal0 >= a.min_balance)
+            AND (x.res IS NULL OR x.res::numeric + a.reserved - x.res0 <= c_max)
+            AND (x.sum IS NULL OR x.sum + a.balance - x.bal0 + a.reserved - x.res0 <= c_max)))
+      RETURNING a.id, a.prev_batch, x.low IS NOT NULL OR x.sum IS NOT NULL AS posted),
+  linked AS (
+    INSERT INTO saga_batch_links (batch, accounts, prevs)
+      SELECT v_batch, array_agg(m.id), array_agg(m.prev_batch) FROM checked m WHERE m.posted
+        HAVING count(*) > 0)
+  SELECT count(*) INTO v_rows FROM checked;
   RETURN v_rows;
 END $$;
 

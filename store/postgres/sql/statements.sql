@@ -176,12 +176,9 @@ SELECT transfer_id, account_id, kind, amount, at_ms
   WHERE transfer_id = $1
   ORDER BY seq;
 
+-- Newest first, through the account's batches (functions.sql).
 -- name: saga_postings_for_account
-SELECT transfer_id, account_id, kind, amount, at_ms
-  FROM saga_postings
-  WHERE account_id = $1
-  ORDER BY seq DESC
-  LIMIT $2;
+SELECT * FROM saga_account_postings($1::text, $2::bigint);
 
 -- name: saga_pending_for_account
 SELECT transfer_id FROM saga_pending WHERE account_id = $1 ORDER BY transfer_id;

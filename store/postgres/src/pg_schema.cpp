@@ -14,7 +14,7 @@ const std::string_view kCreateMeta = embedded::sql_meta;
 namespace {
 
 // One entry per schema version, in order (sql/migrations/).
-constexpr std::array<Migration, 8> kMigrations = {
+constexpr std::array<Migration, 9> kMigrations = {
     Migration{embedded::sql_migrations_0001_tables, {}, true},
     Migration{embedded::sql_migrations_0002_reservation, {}, true},
     Migration{embedded::sql_migrations_0003_worker_registry, embedded::sql_migrations_0003_contract,
@@ -24,6 +24,7 @@ constexpr std::array<Migration, 8> kMigrations = {
     Migration{embedded::sql_migrations_0006_outbox, {}, false},
     Migration{{}, {}, false},  // 7 changes the SQLite store only
     Migration{embedded::sql_migrations_0008_decisions, {}, false},
+    Migration{embedded::sql_migrations_0009_batch_links, embedded::sql_migrations_0009_contract, false},
 };
 static_assert(kMigrations.size() == kSchemaVersion, "one migration per schema version");
 
