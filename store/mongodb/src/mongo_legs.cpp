@@ -39,7 +39,7 @@ std::string_view kind_name(PostingKind k) { return to_string(k); }
 
 }  // namespace
 
-Status MongoStore::read_accounts(std::span<const std::string> ids,
+Status MongoStore::read_account_states(std::span<const std::string> ids,
                                  std::map<std::string, AccountState, std::less<>>& out) {
   return find_ids(*client_, kAccounts, ids, nullptr,
                   [&](const View& v) {
@@ -77,7 +77,7 @@ void account_update(Doc& update, const AccountState& a) {
 Status MongoStore::settle(std::string_view account_id) {
   const std::string id(account_id);
   std::map<std::string, AccountState, std::less<>> read;
-  if (Status s = read_accounts(std::span(&id, 1), read); !s) return s;
+  if (Status s = read_account_states(std::span(&id, 1), read); !s) return s;
   const auto it = read.find(id);
   if (it == read.end()) return Status::ok();
   AccountState& a = it->second;
@@ -184,7 +184,7 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
       return s;
     }
     std::map<std::string, AccountState, std::less<>> accounts;
-    if (Status s = read_accounts(account_ids, accounts); !s) return s;
+    if (Status s = read_account_states(account_ids, accounts); !s) return s;
     // Changes in the journal but not yet on their account (a crashed or
     // slower writer's) are applied before anything is planned on it.
     std::set<std::string, std::less<>> behind = std::move(contended);
@@ -198,7 +198,7 @@ Status MongoStore::apply_legs(std::span<const LegRequest> batch, std::span<LegRe
         if (Status s = settle(id); !s) return s;
       }
       std::vector<std::string> ids(behind.begin(), behind.end());
-      if (Status s = read_accounts(ids, accounts); !s) return s;
+      if (Status s = read_account_states(ids, accounts); !s) return s;
     }
 
     const std::map<std::string, AccountState, std::less<>> base = accounts;
@@ -444,7 +444,7 @@ Status MongoStore::set_locked(std::string_view id, bool locked, bool& found) {
     // already as asked, and nothing written would tell.
     if (Status s = settle(key); !s) return s;
     std::map<std::string, AccountState, std::less<>> read;
-    if (Status s = read_accounts(std::span(&key, 1), read); !s) return s;
+    if (Status s = read_account_states(std::span(&key, 1), read); !s) return s;
     found = read.count(key) != 0;
     if (!found) return Status::ok();
     AccountState a = read.at(key);

@@ -125,7 +125,7 @@ class MongoStore final : public Store {
   Status settle_all_transfers();
 
   // mongo_legs.cpp
-  Status read_accounts(std::span<const std::string> ids, std::map<std::string, AccountState, std::less<>>& out);
+  Status read_account_states(std::span<const std::string> ids, std::map<std::string, AccountState, std::less<>>& out);
   // Brings the account document up to its last change in the journal
   // (after a crashed writer, or a stale one that wrote back an older
   // version).
