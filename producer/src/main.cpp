@@ -137,11 +137,11 @@ bool send_one(sagapool::TransferProducer& producer, Pacer& pacer, Progress& prog
   }
   ++t.sent;
   if (t.sent == 1) {
-    // The first request goes out alone. Until the client has its
-    // connection, the topic's metadata and its idempotent id, what it is
-    // given waits in its queue with the time it was given as its
-    // timestamp: a paced run would start with a held-back burst
-    // (bench/REPORT.md, "The thirty-fourth session").
+    // The first request goes out alone. A new client's first requests
+    // can wait up to a second before the broker appends them (its
+    // connection, the topic's metadata, its idempotent id), each stamped
+    // with the time it was given: a paced run would start with a held-back
+    // burst (bench/REPORT.md, "The thirty-fourth session").
     const auto deadline = Clock::now() + t.first_wait;
     while (producer.in_flight() > 0 && g_interrupted == 0 && Clock::now() < deadline) {
       (void)producer.flush(std::chrono::milliseconds(100));
