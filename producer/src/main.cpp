@@ -77,11 +77,22 @@ class Progress {
 // n-th message is due, serving delivery reports meanwhile.
 class Pacer {
  public:
-  Pacer(double rate, Clock::time_point start) : rate_(rate), start_(start) {}
-  // The pace starts again at `start`, with `sent` messages behind it.
-  void restart(Clock::time_point start, std::uint64_t sent) {
-    start_ = start;
-    offset_ = sent;
+  Pacer(double rate, Clock::time_point start, std::chrono::milliseconds first_wait)
+      : rate_(rate), start_(start), first_wait_(first_wait) {}
+  // After the n-th send. The first request goes out alone and the pace
+  // starts from its delivery: a new client's first requests can wait up to
+  // a second before the broker appends them (its connection, the topic's
+  // metadata, its idempotent id), each stamped with the time it was given,
+  // so a paced run would start with a held-back burst (bench/REPORT.md,
+  // "The thirty-fourth session").
+  void sent(std::uint64_t n, sagapool::TransferProducer& p) {
+    if (n != 1) return;
+    const auto deadline = Clock::now() + first_wait_;
+    while (p.in_flight() > 0 && g_interrupted == 0 && Clock::now() < deadline) {
+      (void)p.flush(std::chrono::milliseconds(100));
+    }
+    start_ = Clock::now();
+    offset_ = 1;
   }
   void wait_for(std::uint64_t n, sagapool::TransferProducer& p) {
     if (rate_ <= 0) return;
@@ -100,7 +111,8 @@ class Pacer {
  private:
   double rate_;
   Clock::time_point start_;
-  std::uint64_t offset_ = 0;
+  std::chrono::milliseconds first_wait_;  // bounds the first request's delivery
+  std::uint64_t offset_ = 0;              // sent before start_
 };
 
 struct Options {
@@ -124,7 +136,6 @@ struct Totals {
   std::uint64_t sent = 0;
   std::uint64_t expected = 0;  // what should have been sent
   std::string send_error;      // why sending stopped early
-  std::chrono::milliseconds first_wait{0};  // how long the first request may take to deliver
 };
 
 // Paces and sends one message; false (the error in `t`) if it was refused.
@@ -136,18 +147,7 @@ bool send_one(sagapool::TransferProducer& producer, Pacer& pacer, Progress& prog
     return false;
   }
   ++t.sent;
-  if (t.sent == 1) {
-    // The first request goes out alone. A new client's first requests
-    // can wait up to a second before the broker appends them (its
-    // connection, the topic's metadata, its idempotent id), each stamped
-    // with the time it was given: a paced run would start with a held-back
-    // burst (bench/REPORT.md, "The thirty-fourth session").
-    const auto deadline = Clock::now() + t.first_wait;
-    while (producer.in_flight() > 0 && g_interrupted == 0 && Clock::now() < deadline) {
-      (void)producer.flush(std::chrono::milliseconds(100));
-    }
-    pacer.restart(Clock::now(), 1);
-  }
+  pacer.sent(t.sent, producer);
   if ((t.sent & 1023U) == 0) {
     (void)producer.poll(std::chrono::milliseconds(0));
     progress.update(t.sent, producer);
@@ -157,9 +157,8 @@ bool send_one(sagapool::TransferProducer& producer, Pacer& pacer, Progress& prog
 
 // Sends every generated message; returns per-kind counts in the summary.
 Totals send_generated(sagapool::Generator& gen, sagapool::TransferProducer& producer,
-                      Pacer& pacer, Progress& progress, std::chrono::milliseconds first_wait) {
+                      Pacer& pacer, Progress& progress) {
   Totals t;
-  t.first_wait = first_wait;
   t.expected = gen.options().count;
   sagapool::GeneratedMessage m;
   while (g_interrupted == 0 && gen.next(m)) {
@@ -172,10 +171,8 @@ Totals send_generated(sagapool::Generator& gen, sagapool::TransferProducer& prod
 // the line is a valid request, else none (invalid input must still reach
 // the dead-letter topic through the workers).
 Totals send_lines(std::istream& in, sagapool::TransferProducer& producer, Pacer& pacer,
-                  Progress& progress, std::chrono::milliseconds first_wait, std::uint64_t& valid,
-                  std::uint64_t& invalid) {
+                  Progress& progress, std::uint64_t& valid, std::uint64_t& invalid) {
   Totals t;
-  t.first_wait = first_wait;
   std::string line;
   while (g_interrupted == 0 && std::getline(in, line)) {
     if (line.empty() || line == "\r") continue;
@@ -337,18 +334,17 @@ int main(int argc, char** argv) {
 
   const auto start = Clock::now();
   Progress progress(o.generate, start);
-  Pacer pacer(o.rate, start);
+  Pacer pacer(o.rate, start, std::chrono::milliseconds(message_timeout_ms));
   Totals totals;
   std::uint64_t lines_valid = 0;
   std::uint64_t lines_invalid = 0;
   std::optional<sagapool::Generator> gen;
-  const std::chrono::milliseconds first_wait(message_timeout_ms);
   if (o.generate > 0) {
     gen.emplace(gopts);
-    totals = send_generated(*gen, *producer, pacer, progress, first_wait);
+    totals = send_generated(*gen, *producer, pacer, progress);
   } else {
-    totals = send_lines(from_stdin ? std::cin : in_file, *producer, pacer, progress, first_wait,
-                        lines_valid, lines_invalid);
+    totals = send_lines(from_stdin ? std::cin : in_file, *producer, pacer, progress, lines_valid,
+                        lines_invalid);
   }
 
   // Wait for every report: the delivery timeout bounds each message, so
