@@ -61,7 +61,7 @@ def bench(opts: options.Options, bin_dir: Path, s: Session) -> Path:
     b.baselines()
     b.sagapool()
 
-    say(f"writing the report ({b.elapsed()})")
+    b.phase("the report", f"writing the report ({b.elapsed()})")
     # A --quick report goes to a folder of its own that outlives the bench's.
     out = Path(opts.out) if opts.out else (
         Path(tempfile.mkdtemp(prefix="sagapool-bench-report-")) if opts.quick else BENCH)
@@ -70,6 +70,7 @@ def bench(opts: options.Options, bin_dir: Path, s: Session) -> Path:
         opts=opts, run_n=b.run_n, best_clients=b.best_clients, skipped=b.budget.skipped,
         half_rates=b.half_rates, pg_version=b.pg_version, pg_settings=b.pg_settings, dsync_rate=dsync_rate,
         machine=machine.describe(BENCH.parent, s.work, load_at_start),
+        speed=b.speed,
         generated_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), wall_s=int(time.time() - started))
     path = out / "REPORT.md"
     report.write(path, b.results, facts)

@@ -40,6 +40,13 @@ class Facts:
     machine: Machine
     generated_at: str  # UTC, "%Y-%m-%d %H:%M UTC"
     wall_s: int
+    # (phase, CPU s of machine.cpu_probe at its start): the host's speed
+    speed: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+
+
+# Beyond this, slowest ÷ fastest of the host's speed probes, the report
+# says its figures are not comparable across phases.
+SPEED_DRIFT_MAX = 1.25
 
 
 def _missing(v) -> bool:
@@ -137,6 +144,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     c_b = ratio(c_u, b_u), ratio(c_z, b_z)
     ck_a = ratio(ck_u, a_u), ratio(ck_z, a_z)
     steady_s = STEADY_AFTER_MS // 1000
+    speeds = [seconds for _, seconds in f.speed]
+    drift = max(speeds) / min(speeds) if speeds and min(speeds) > 0 else None
 
     w("# sagapool benchmarks")
     w("")
@@ -160,6 +169,10 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w(f"on saga-broker at most {thousands(MOCK_TRANSFERS_MAX)}, as its retention of 5 MiB per partition allows "
       "(so only the real-Kafka runs are sustained).")
     w("")
+    if drift is not None and drift > SPEED_DRIFT_MAX:
+        w(f"**The host's speed drifted during this run**: its fixed CPU loop took up to {drift:.2f} × its fastest "
+          "time (see Machine). Figures from different phases, and from other runs, are not comparable.")
+        w("")
     w("## Targets")
     w("")
     w("| target | measured | |")
@@ -309,6 +322,10 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
       f"{PARTITIONS} partitions, replication 1")
     w("- binaries: Release build (`./dev bench` builds into build-release/)")
     w(f"- load average when the bench started: {m.load_at_start}")
+    if f.speed and drift is not None:
+        w("- the host's speed: CPU seconds the bench's own process takes for a fixed loop (the least of 3 "
+          "tries), at the start of each phase: " + ", ".join(f"{phase} {seconds:.3f}" for phase, seconds in f.speed)
+          + f"; the slowest {drift:.2f} × the fastest")
     w("")
     w("## Commands")
     w("")

@@ -13,7 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from . import ledgers, measure
+from . import ledgers, machine, measure
 from .budget import Budget
 from .console import Fatal, note, say, show_tail
 from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, PARTITIONS, PG_FLOOR_BATCH, PG_FLOOR_CLIENTS,
@@ -44,6 +44,7 @@ class Bench:
         self.best_clients: dict[str, int] = {}
         self.run_n: dict[str, int] = {}
         self.half_rates: list[tuple[str, int]] = []
+        self.speed: list[tuple[str, float]] = []  # (phase, machine.cpu_probe() at its start)
         self.kafka = Kafka(bench_dir.parent, self.work, session.procs, PARTITIONS)
         self.prometheus = Prometheus(self.work, session.procs)
         self._pgbench_seq = self._run_seq = 0
@@ -53,6 +54,11 @@ class Bench:
 
     def elapsed(self) -> str:
         return f"{int(time.time() - self.started)} s"
+
+    def phase(self, label: str, message: str) -> None:
+        """A phase starts: say so, and take the host's speed."""
+        say(message)
+        self.speed.append((label, machine.cpu_probe()))
 
     # ---- the PostgreSQL server and the ledgers ---------------------------------
     def start_postgres(self) -> None:
@@ -189,7 +195,8 @@ class Bench:
             note(f"{label}: run {rep} at {best_c} clients: {tps:.0f} transfers/s, p50 {p50} ms, p99 {p99} ms")
 
     def baselines(self) -> None:
-        say(f"(a) plain ACID transfers and (b) the naive two-phase-commit recipe, pgbench ({self.elapsed()})")
+        self.phase("(a)", "(a) plain ACID transfers and (b) the naive two-phase-commit recipe, pgbench "
+                   f"({self.elapsed()})")
         self.pgbench_config("a-uniform", "plain_transfer.sql", 0)
         self.pgbench_config("a-zipf", "plain_transfer.sql", 1)
         self.pgbench_config("b-uniform", "tpc_transfer.sql", 0)
@@ -464,7 +471,7 @@ class Bench:
         o, b = self.opts, self.budget
         b.share_out()
         for store, name, label in (("postgres", "PostgreSQL", "c"), ("sqlite", "SQLite", "d")):
-            say(f"({label}) sagapool on {name}, {o.workers} workers ({self.elapsed()})")
+            self.phase(f"({label})", f"({label}) sagapool on {name}, {o.workers} workers ({self.elapsed()})")
             end = b.phase_end(35 if label == "c" else 50)
             self.run_size(store)
             note(f"{self.run_n[store]} transfers per run ({self.mock_n(store)} on saga-broker)")
@@ -480,7 +487,8 @@ class Bench:
         # (g) runs next to its (c), first in every other round: one store's
         # rate drifts from one minute to the next by more than the two differ
         # (REPORT.md, "The twenty-ninth session").
-        say(f"(c), (d) and (g) (two PostgreSQL shards on two servers) on a real Kafka node ({self.elapsed()})")
+        self.phase("real Kafka", "(c), (d) and (g) (two PostgreSQL shards on two servers) on a real Kafka node "
+                   f"({self.elapsed()})")
         end = b.phase_end(76)
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "(c), (d), (g) on real Kafka"):
@@ -491,7 +499,7 @@ class Bench:
             self.saga_run("dk-uniform", rep, "sqlite", "uniform", o.workers, self.run_n["sqlite"], 0, "kafka")
             self.saga_run("ck-zipf", rep, "postgres", "zipf", o.workers, self.run_n["postgres"], 0, "kafka")
             self.saga_run("dk-zipf", rep, "sqlite", "zipf", o.workers, self.run_n["sqlite"], 0, "kafka")
-        say(f"(e) scaling on {o.scale_store}: 1, 2 and 4 workers, Zipf ({self.elapsed()})")
+        self.phase("(e)", f"(e) scaling on {o.scale_store}: 1, 2 and 4 workers, Zipf ({self.elapsed()})")
         end = b.phase_end(89)
         # Worker counts take turns, so a machine that drifts during the phase
         # weighs on each count alike.
@@ -504,8 +512,8 @@ class Bench:
         end = b.phase_end(91)
         # What the servers alone can write: (g)'s rows with no saga, on one
         # server with (c)'s transactions in flight and on both with (g)'s.
-        say(f"(gf) the two-shard floor: bare SQL, {PG_FLOOR_BATCH:,} uniform transfers per transaction, one server "
-            f"and two ({self.elapsed()})")
+        self.phase("(gf)", f"(gf) the two-shard floor: bare SQL, {PG_FLOOR_BATCH:,} uniform transfers per "
+                   f"transaction, one server and two ({self.elapsed()})")
         one, first, second = (f"{SHARD_FLOOR_TEMPLATE}_{k}" for k in ("one", 0, 1))
         for server, database, ledger in ((self.pg, one, "saga_template"), (self.pg, first, SHARD_TEMPLATE),
                                          (self.pg2, second, SHARD_TEMPLATE)):
@@ -515,9 +523,8 @@ class Bench:
                 break
             self.pg_floor_run("gf-1", rep, [(self.pg, one, 1)], 2 * o.workers)
             self.pg_floor_run("gf-2", rep, [(self.pg, first, 1), (self.pg2, second, 0)], o.workers)
-        say(f"half-load latency: (c) and (d) at half their measured Zipf throughput, for {o.half_s} s, on "
-            f"saga-broker and on real Kafka "
-            f"({self.elapsed()})")
+        self.phase("half load", f"half-load latency: (c) and (d) at half their measured Zipf throughput, for "
+                   f"{o.half_s} s, on saga-broker and on real Kafka ({self.elapsed()})")
         # The target holds in each of the runs, so they are repeated too. Half
         # of each broker's own measured rate: (c) on saga-broker, ck on Kafka.
         half = [(f"{prefix}-{which}", store, broker,
@@ -531,8 +538,8 @@ class Bench:
                 break
             for config, store, broker, rate in half:
                 self.saga_run(config, rep, store, "zipf", o.workers, max(rate * o.half_s, 1000), rate, broker)
-        say(f"(f) the SQLite floor: bare SQL, {WORKER_BATCH:,} and {FLOOR_BATCH_MAX:,} "
-            f"transfers per commit ({self.elapsed()})")
+        self.phase("(f)", f"(f) the SQLite floor: bare SQL, {WORKER_BATCH:,} and {FLOOR_BATCH_MAX:,} "
+                   f"transfers per commit ({self.elapsed()})")
         end = b.phase_end(98)
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "(f)"):
@@ -544,8 +551,8 @@ class Bench:
                 # takes 87-196 s a run and slows within it: once is enough.
                 if rep == 1:
                     self.floor_run(f"fi-{dist}", rep, dist, WORKER_BATCH, "--account-index")
-        say(f"(h) the PostgreSQL floor: bare SQL, {PG_FLOOR_BATCH:,} transfers per transaction, Zipf, "
-            f"{', '.join(map(str, PG_FLOOR_CLIENTS))} at a time ({self.elapsed()})")
+        self.phase("(h)", f"(h) the PostgreSQL floor: bare SQL, {PG_FLOOR_BATCH:,} transfers per transaction, "
+                   f"Zipf, {', '.join(map(str, PG_FLOOR_CLIENTS))} at a time ({self.elapsed()})")
         end = b.phase_end(99)
         self.floor_template(self.pg, PG_FLOOR_TEMPLATE, "saga_template", "pg_floor_batches.sql")
         for rep in range(1, o.reps + 1):

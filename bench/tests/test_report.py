@@ -202,6 +202,20 @@ class Render(unittest.TestCase):
         self.assertEqual(rows[7], "| c-uniform | 1 | 8000 | 900 | 1800 | – | 0.150 | 50 | 70 | 0.95 | 1.00 | 1.90 |")
         self.assertEqual(rows[-3], "| half-d | 1 | 25000 | 50 | 281 | 52 / 240 | 0.104 | 52 | – | – | – | – |")
 
+    def test_the_host_speed_beside_the_machine_and_its_drift_above_the_targets(self):
+        steady = facts()
+        steady.speed = [("(a)", 0.140), ("(e)", 0.150), ("the report", 0.170)]
+        text = report.render(results(), steady, None)
+        self.assertIn("- the host's speed: CPU seconds the bench's own process takes for a fixed loop (the least of "
+                      "3 tries), at the start of each phase: (a) 0.140, (e) 0.150, the report 0.170; the slowest "
+                      "1.21 × the fastest", text)
+        self.assertNotIn("drifted", text)
+        steady.speed.append(("(h)", 0.500))
+        text = report.render(results(), steady, None)
+        self.assertLess(text.index("**The host's speed drifted during this run**: its fixed CPU loop took up to "
+                                   "3.57 × its fastest time"), text.index("## Targets"))
+        self.assertNotIn("the host's speed", self.text)  # no probes, no line
+
     def test_commands_and_run_as(self):
         self.assertIn("pgbench -n -M prepared -c <best> -j <min(best, nproc)> -T 8 -D zipf=<0|1> "
                       "-D naccounts=100000 -l -f bench/plain_transfer.sql   # (a)", self.text)
