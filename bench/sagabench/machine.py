@@ -6,7 +6,6 @@ import os
 import re
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 from .measure import dd_seconds
@@ -60,24 +59,6 @@ def dsync_writes_per_s(folder: Path) -> str:
     target.unlink(missing_ok=True)
     seconds = dd_seconds(done.stderr)
     return f"{300 / seconds:.0f}" if seconds else "?"
-
-
-PROBE_LOOPS = 5_000_000  # about 0.15 s a try on this machine kind
-
-
-def cpu_probe() -> float:
-    """CPU seconds this process takes for a fixed loop, the least of three
-    tries: how fast the host runs now. A shared host's speed drifts within a
-    run and from one day to the next, and the report's figures are only
-    comparable where it held still."""
-    best = float("inf")
-    for _ in range(3):
-        start = time.process_time()
-        n = 0
-        for i in range(PROBE_LOOPS):
-            n += i & 7
-        best = min(best, time.process_time() - start)
-    return best
 
 
 def describe(root: Path, work: Path, load_at_start: str) -> Machine:

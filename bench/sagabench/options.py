@@ -44,6 +44,9 @@ FLOOR_BATCH_MAX = 10_000
 # workers have (2 lanes each), and one alone.
 PG_FLOOR_BATCH = WORKER_BATCH // 2
 PG_FLOOR_CLIENTS = (1, 2, 4, 8)
+# The host's speed, taken at each phase's start: CPU per (a) transfer, uniform,
+# with this many pgbench clients.
+SPEED_CLIENTS = 8
 
 # Seconds the bench may take (the build comes on top); past a phase's share,
 # its later repetitions are skipped, and the report says so.

@@ -13,11 +13,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from . import ledgers, machine, measure
+from . import ledgers, measure
 from .budget import Budget
 from .console import Fatal, note, say, show_tail
 from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, PARTITIONS, PG_FLOOR_BATCH, PG_FLOOR_CLIENTS,
-                      STEADY_AFTER_MS, MOCK_TRANSFERS_MAX, WORKER_BATCH, Options, run_size)
+                      SPEED_CLIENTS, STEADY_AFTER_MS, MOCK_TRANSFERS_MAX, WORKER_BATCH, Options, run_size)
 from .results import Results
 from .servers import Kafka, Postgres, Prometheus, start_saga_broker
 from .session import Session, free_port, nproc, run_checked
@@ -44,7 +44,7 @@ class Bench:
         self.best_clients: dict[str, int] = {}
         self.run_n: dict[str, int] = {}
         self.half_rates: list[tuple[str, int]] = []
-        self.speed: list[tuple[str, float]] = []  # (phase, machine.cpu_probe() at its start)
+        self.speed: list[tuple[str, float]] = []  # (phase, CPU s / 1,000 of the speed probe at its start)
         self.kafka = Kafka(bench_dir.parent, self.work, session.procs, PARTITIONS)
         self.prometheus = Prometheus(self.work, session.procs)
         self._pgbench_seq = self._run_seq = 0
@@ -56,9 +56,14 @@ class Bench:
         return f"{int(time.time() - self.started)} s"
 
     def phase(self, label: str, message: str) -> None:
-        """A phase starts: say so, and take the host's speed."""
+        """A phase starts: say so, and take the host's speed, the CPU seconds
+        per 1,000 plain ACID transfers in a short pgbench run. The host under
+        this machine is shared, and a run's later phases have cost 2-3.6 × the
+        CPU a transfer of the same phases a day before (REPORT.md, "The
+        thirty-fifth session"); a fixed Python loop did not show it."""
         say(message)
-        self.speed.append((label, machine.cpu_probe()))
+        _, n, cpu_s, _, _ = self.pgbench("plain_transfer.sql", 0, SPEED_CLIENTS, self.opts.probe_s)
+        self.speed.append((label, cpu_s / max(n, 1) * 1000))
 
     # ---- the PostgreSQL server and the ledgers ---------------------------------
     def start_postgres(self) -> None:

@@ -206,14 +206,14 @@ class Render(unittest.TestCase):
         steady = facts()
         steady.speed = [("(a)", 0.140), ("(e)", 0.150), ("the report", 0.170)]
         text = report.render(results(), steady, None)
-        self.assertIn("- the host's speed: CPU seconds the bench's own process takes for a fixed loop (the least of "
-                      "3 tries), at the start of each phase: (a) 0.140, (e) 0.150, the report 0.170; the slowest "
+        self.assertIn("- the host's speed: CPU s per 1,000 plain ACID transfers ((a)'s script, uniform, 8 clients, "
+                      "2 s of pgbench) at the start of each phase: (a) 0.140, (e) 0.150, the report 0.170; the slowest "
                       "1.21 × the fastest", text)
         self.assertNotIn("drifted", text)
         steady.speed.append(("(h)", 0.500))
         text = report.render(results(), steady, None)
-        self.assertLess(text.index("**The host's speed drifted during this run**: its fixed CPU loop took up to "
-                                   "3.57 × its fastest time"), text.index("## Targets"))
+        self.assertLess(text.index("**The host's speed drifted during this run**: a plain ACID transfer cost up to "
+                                   "3.57 × the CPU it cost at its cheapest"), text.index("## Targets"))
         self.assertNotIn("the host's speed", self.text)  # no probes, no line
 
     def test_commands_and_run_as(self):
