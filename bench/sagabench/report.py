@@ -146,8 +146,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     c_b = ratio(c_u, b_u), ratio(c_z, b_z)
     ck_a = ratio(ck_u, a_u), ratio(ck_z, a_z)
     steady_s = STEADY_AFTER_MS // 1000
-    speeds = [seconds for _, seconds in f.speed]
-    drift = max(speeds) / min(speeds) if speeds and min(speeds) > 0 else None
+    probes = [cpu for _, cpu in f.speed]
+    drift = max(probes) / min(probes) if probes and min(probes) > 0 else None
 
     w("# sagapool benchmarks")
     w("")

@@ -58,9 +58,9 @@ class Bench:
     def phase(self, label: str, message: str) -> None:
         """A phase starts: say so, and take the host's speed, the CPU seconds
         per 1,000 plain ACID transfers in a short pgbench run. The host under
-        this machine is shared, and a run's later phases have cost 2-3.6 × the
-        CPU a transfer of the same phases a day before (REPORT.md, "The
-        thirty-fifth session"); a fixed Python loop did not show it."""
+        this machine is shared: a run's later phases have cost 2-3.6 × the CPU
+        a transfer of the same phases hours before (REPORT.md, "The
+        thirty-fifth session"), and a fixed Python loop did not show it."""
         say(message)
         _, n, cpu_s, _, _ = self.pgbench("plain_transfer.sql", 0, SPEED_CLIENTS, self.opts.probe_s)
         self.speed.append((label, cpu_s / max(n, 1) * 1000))
