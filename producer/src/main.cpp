@@ -92,12 +92,14 @@ class Pacer {
       (void)p.flush(std::chrono::milliseconds(100));
     }
     start_ = Clock::now();
-    offset_ = 1;
   }
+  // Before the send that follows the n-th. The first goes at once, the
+  // second as soon as the first is delivered (sent() restarted the pace),
+  // the n+1-th n - 1 intervals after that.
   void wait_for(std::uint64_t n, sagapool::TransferProducer& p) {
     if (rate_ <= 0) return;
     const auto due = start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                                  static_cast<double>(n - offset_) / rate_));
+                                  static_cast<double>(n > 0 ? n - 1 : 0) / rate_));
     for (auto now = Clock::now(); now < due && g_interrupted == 0; now = Clock::now()) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(due - now);
       if (left.count() >= 1) {
@@ -112,7 +114,6 @@ class Pacer {
   double rate_;
   Clock::time_point start_;
   std::chrono::milliseconds first_wait_;  // bounds the first request's delivery
-  std::uint64_t offset_ = 0;              // sent before start_
 };
 
 struct Options {
