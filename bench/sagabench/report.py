@@ -325,7 +325,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
       f"{PARTITIONS} partitions, replication 1")
     w("- binaries: Release build (`./dev bench` builds into build-release/)")
     w(f"- load average when the bench started: {m.load_at_start}")
-    if f.speed and drift is not None:
+    if drift is not None:
         w("- the host's speed: CPU s per 1,000 plain ACID transfers ((a)'s script, uniform, "
           f"{SPEED_CLIENTS} clients, {o.probe_s} s of pgbench) at the start of each phase: "
           + ", ".join(f"{phase} {cpu:.3f}" for phase, cpu in f.speed) + f"; the slowest {drift:.2f} × the fastest")

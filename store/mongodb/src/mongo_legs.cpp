@@ -40,7 +40,7 @@ std::string_view kind_name(PostingKind k) { return to_string(k); }
 }  // namespace
 
 Status MongoStore::read_account_states(std::span<const std::string> ids,
-                                 std::map<std::string, AccountState, std::less<>>& out) {
+                                       std::map<std::string, AccountState, std::less<>>& out) {
   return find_ids(*client_, kAccounts, ids, nullptr,
                   [&](const View& v) {
                     AccountState st;
