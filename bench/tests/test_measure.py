@@ -120,24 +120,36 @@ tps = 8294.512345 (without initial connection time)
 
 class RunFigures(unittest.TestCase):
     def test_figures(self):
-        # 10 transfers requested 1 s apart, each taking 100 + 10 i ms; one canceled
-        rows = [(1000 * i, 1000 * i + 100 + 10 * i, i != 3) for i in range(10)]
+        # the producer's lone first request, then 10 transfers requested 1 s
+        # apart, each taking 100 + 10 i ms; one canceled
+        rows = [(1000 * i, 1000 * i + 100 + 10 * i, i != 3) for i in range(10)] + [(-1500, 40, True)]
         f = measure.run_figures(rows, steady_after_ms=2000)
         self.assertEqual((f.seen, f.done, f.span_ms), (10, 9, 9190))
         self.assertEqual((f.p50, f.p99), (150, 190))
         self.assertEqual((f.steady_p50, f.steady_p99), (160, 190))  # 8 from t = 2 s
         self.assertEqual(f.transfers_per_s, "1")
 
+    def test_the_first_request_is_not_the_spans_start(self):
+        # a fresh client's first request waited a second for its delivery;
+        # the burst after it finished in 1 s
+        rows = [(0, 1200, True)] + [(1000 + i, 2000, True) for i in range(1000)]
+        f = measure.run_figures(rows, steady_after_ms=2000)
+        self.assertEqual((f.seen, f.span_ms, f.transfers_per_s), (1000, 1000, "1000"))
+
     def test_sustained_is_the_last_thirds_rate_over_the_firsts(self):
         # span 0..9000 ms: 6 finish by 3000, 3 after 6000
         fins = [500, 1000, 1500, 2000, 2500, 3000, 4000, 7000, 8000, 9000]
-        f = measure.run_figures([(0, fin, True) for fin in fins], steady_after_ms=2000)
+        f = measure.run_figures([(-1, 1, True)] + [(0, fin, True) for fin in fins], steady_after_ms=2000)
         self.assertEqual((f.first_third, f.last_third, f.sustained), (6, 3, "0.50"))
 
     def test_all_in_the_first_seconds(self):
-        f = measure.run_figures([(0, 5, True), (10, 30, True)], steady_after_ms=2000)
+        f = measure.run_figures([(-100, 1, True), (0, 5, True), (10, 30, True)], steady_after_ms=2000)
         self.assertIsNone(f.steady_p50)
         self.assertEqual(f.transfers_per_s, "67")
+
+    def test_one_transfer(self):
+        f = measure.run_figures([(0, 50, True)], steady_after_ms=2000)
+        self.assertEqual((f.seen, f.span_ms), (1, 50))
 
 
 class Mounts(unittest.TestCase):
