@@ -141,7 +141,7 @@ def dd_seconds(report: str) -> float | None:
 @dataclasses.dataclass
 class RunFigures:
     seen: int  # measured transfers in the store
-    done: int  # of which state done
+    done: int  # transfers in state done, the first request's too
     span_ms: int  # last terminal-state time - first counted request's timestamp
     p50: int
     p99: int
@@ -170,6 +170,7 @@ def run_figures(rows: Iterable[tuple[int, int, bool]], steady_after_ms: int) -> 
     rows = list(rows)
     if not rows:
         raise ValueError("no transfers")
+    done = sum(1 for r in rows if r[2])
     if len(rows) > 1:
         del rows[rows.index(min(rows))]
     first = min(r[0] for r in rows)
@@ -178,7 +179,7 @@ def run_figures(rows: Iterable[tuple[int, int, bool]], steady_after_ms: int) -> 
     latencies = sorted(fin - req for req, fin, _ in rows)
     steady = sorted(fin - req for req, fin, _ in rows if req >= first + steady_after_ms)
     return RunFigures(
-        seen=len(rows), done=sum(1 for r in rows if r[2]),
+        seen=len(rows), done=done,
         span_ms=last - first,
         p50=pick(latencies, 50), p99=pick(latencies, 99),
         steady_p50=pick(steady, 50) if steady else None,
