@@ -39,9 +39,9 @@ def run_size(rate: float) -> int:
 WORKER_BATCH = 5000
 FLOOR_BATCH_MAX = 10_000
 # The PostgreSQL floor (h) writes a lane's share of such a batch per
-# transaction (a worker alone on its store splits each batch over 2 lanes,
-# workers/src/main.cpp), with 1, 2, 4 and 8 transactions in flight (as (e)'s
-# 1, 2 and 4 workers had with 2 lanes each; kept so that runs compare).
+# transaction (saga-worker splits each batch over --store-lanes, default 2,
+# transactions), with as many transactions in flight as (e)'s 1, 2 and 4
+# workers have (2 lanes each), and one alone.
 PG_FLOOR_BATCH = WORKER_BATCH // 2
 PG_FLOOR_CLIENTS = (1, 2, 4, 8)
 # The host's speed, taken at each phase's start: CPU per (a) transfer, uniform,

@@ -292,11 +292,11 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("  their accounts locked in id order, two postings each, each account's balance and batch link once, the")
     w("  batch's link row, the transfers' rows")
     w("  in their final state. No checks, no outcomes to decide, no broker or worker on the machine;")
-    w(f"  {', '.join(map(str, PG_FLOOR_CLIENTS))} clients = transactions in flight (as (e)'s 1, 2 and 4 workers had with "
-      f"2 lanes each; with 2 lanes only for a worker alone on its store, they have 2, 2 and 4), {o.pgbench_s} s each.")
+    w(f"  {', '.join(map(str, PG_FLOOR_CLIENTS))} clients = transactions in flight ((e)'s 1, 2 and 4 workers run 2 "
+      f"lanes each), {o.pgbench_s} s each.")
     w("- **the two-shard floor (gf)**: `bench/pg_floor.sql` by pgbench, the (h) floor's rows for")
     w(f"  {thousands(PG_FLOOR_BATCH)} uniform transfers a transaction, where (g) keeps them: on one server (a copy of")
-    w(f"  the one-store ledger, {2 * o.workers} transactions in flight as (c)'s had with 2 lanes a worker), or at once on both servers")
+    w(f"  the one-store ledger, {2 * o.workers} transactions in flight as (c)'s lanes), or at once on both servers")
     w(f"  (copies of the shards, {o.workers} in flight on each as (g)'s workers), the legs on the server of their")
     w("  account and the transfers' rows on the first. No cross-shard protocol. A batch counts when every server")
     w("  committed it; the faster server's extra batches are in its CPU, so the two-server CPU is an upper bound.")

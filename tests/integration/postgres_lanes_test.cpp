@@ -93,50 +93,5 @@ TEST(PostgresLanes, AKeysRequestsRunInTheirOrder) {
   cluster.expect_audit_passes();
 }
 
-// Unset, --store-lanes runs two lanes only while the worker is the only
-// live one in the registry: a second worker turns both to one lane each,
-// and its clean exit (it leaves the registry) turns the first back to two.
-TEST(PostgresLanes, TwoLanesOnlyWhileAWorkerIsAloneOnItsStore) {
-  LedgerCluster cluster(1, 40);
-  std::vector<PlannedTransfer> transfers;
-  std::uint64_t seed = 40;
-  // A round of requests, waited for until every one has its outcome.
-  auto round = [&] {
-    const auto more = cluster.plan(300, ++seed);
-    std::vector<std::pair<std::string, std::string>> messages;
-    for (const PlannedTransfer& t : more) messages.emplace_back(t.from, LedgerCluster::request(t));
-    produce(cluster.bootstrap(), "transfers.requests", messages, cluster.client_config());
-    transfers.insert(transfers.end(), more.begin(), more.end());
-    return cluster.wait_finished(transfers.size(), 60s);
-  };
-  const std::string two = "store lanes: 2 (the only live worker on the store)";
-  const std::string one = "store lanes: 1 (2 live workers share the store)";
-  auto log_of = [&](const char* name) { return read_file(cluster.log_of(name)); };
-
-  Process w0 = cluster.start_worker("w0");
-  ASSERT_TRUE(round()) << cluster.log_tails();
-  EXPECT_NE(log_of("w0").find("2 lane(s) while alone on the store"), std::string::npos);
-  EXPECT_EQ(count_of(log_of("w0"), two), 1u) << log_of("w0");
-
-  // Rounds until both have run a batch with the other in the registry (the
-  // group rebalances meanwhile).
-  Process w1 = cluster.start_worker("w1");
-  for (int i = 0; i < 20 && (count_of(log_of("w0"), one) == 0 || count_of(log_of("w1"), one) == 0); ++i) {
-    ASSERT_TRUE(round()) << cluster.log_tails();
-  }
-  EXPECT_EQ(count_of(log_of("w0"), one), 1u) << log_of("w0");
-  EXPECT_EQ(count_of(log_of("w1"), one), 1u) << log_of("w1");
-  EXPECT_EQ(count_of(log_of("w1"), "store lanes: 2"), 0u) << log_of("w1");
-
-  EXPECT_EQ(w1.stop(20s), 0);
-  for (int i = 0; i < 20 && count_of(log_of("w0"), two) < 2; ++i) ASSERT_TRUE(round()) << cluster.log_tails();
-  EXPECT_EQ(count_of(log_of("w0"), two), 2u) << log_of("w0");
-
-  EXPECT_EQ(w0.stop(20s), 0);
-  cluster.expect_outcomes(transfers);
-  cluster.expect_balances(transfers);
-  cluster.expect_audit_passes();
-}
-
 }  // namespace
 }  // namespace sagapool::test

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
           ->check(CLI::Range(1, 10000));
   app.add_option("--store-lanes", store_lanes,
                  "transactions a batch runs in side by side, split by partition (1..8); "
-                 "0: 2 while the only live worker on one PostgreSQL store, else 1")
+                 "0: 2 on one PostgreSQL store, else 1")
       ->check(CLI::Range(0, 8))->capture_default_str();
   app.add_option("--recovery-interval", recovery, "how often to look for expired leases")->capture_default_str();
   app.add_option("--drain-timeout", drain, "SIGTERM: deadline to publish and leave the group")->capture_default_str();
@@ -126,10 +126,6 @@ int main(int argc, char** argv) {
   const bool one_scoped_store = ledger->shard_count() == 1 && ledger->transfers().supports_scope();
   const bool lanes_possible = one_scoped_store && ledger->transfers().concurrent_scopes();
   const bool one_writer = one_scoped_store && !lanes_possible;
-  // Unset, two lanes only while no other worker shares the store: a pool on
-  // one server ran as fast or faster with one lane a worker, at less of the
-  // server's CPU a transfer (bench/REPORT.md, "The thirty-sixth session").
-  const bool lanes_by_pool = store_lanes == 0 && lanes_possible;
   if (store_lanes == 0) store_lanes = lanes_possible ? 2 : 1;
   // A pool on one writer moves what that writer commits: a larger batch
   // spreads each commit's fixed cost (the accounts' pages rewritten, the
@@ -209,7 +205,6 @@ int main(int argc, char** argv) {
   WorkerIo io;
   io.clock = &clock;
   io.lane_ledgers = std::move(lane_ledgers);
-  if (lanes_by_pool) io.workers_on_store = &registration->live_workers();
   if (Status s = KafkaMessageOutput::create(o, io.output); !s) return bad(s.message());
   if (Status s = KafkaRequestSource::create(o, io.source); !s) return bad(s.message());
   auto worker = std::make_unique<Worker>(o, *ledger, probe, std::move(io));
@@ -234,9 +229,8 @@ int main(int argc, char** argv) {
     std::_Exit(1);
   }).detach();
 
-  spdlog::info("worker {} started: group {}, {} store(s), {} lane(s){}, batch {}, lease {}ms", o.worker_id,
-               o.group, stores.size(), store_lanes, lanes_by_pool ? " while alone on the store" : "",
-               o.batch_size, o.lease_ms);
+  spdlog::info("worker {} started: group {}, {} store(s), {} lane(s), batch {}, lease {}ms", o.worker_id,
+               o.group, stores.size(), store_lanes, o.batch_size, o.lease_ms);
   Status s = worker->run(g_stop);
   http.reset();  // no request may see the worker go
   running.store(nullptr, std::memory_order_release);

@@ -61,7 +61,6 @@ Worker::Worker(const WorkerOptions& options, Ledger& ledger, WorkerProbe& probe,
                  ledger_.shard_count());
   }
   lane_ledgers_ = std::move(io.lane_ledgers);
-  workers_on_store_ = io.workers_on_store;
   if (!lane_ledgers_.empty()) {
     lanes_.resize(lane_ledgers_.size() + 1);
     lanes_[0].ledger = &ledger_;
@@ -176,8 +175,7 @@ Status Worker::ingest_batch(const std::atomic<bool>& stop) {
     new_message_.push_back(i);
   }
 
-  in_lanes_ = lanes_for_this_batch();
-  if (in_lanes_) split_into_lanes();
+  if (!lanes_.empty()) split_into_lanes();
   // The store may be unavailable: keep the batch (its offsets unstored, and
   // no later batch consumed) and retry until it is written or we stop.
   for (int attempt = 0;; ++attempt) {
@@ -266,7 +264,7 @@ Status Worker::write_batch() {
   Store& transfers = ledger_.transfers();
   inserted_.resize(new_.size());
   if (transfers.supports_scope() && ledger_.shard_count() == 1) {
-    if (in_lanes_) return write_lanes();
+    if (!lanes_.empty()) return write_lanes();
     return write_part(ledger_, engine_, new_, inserted_, items_, true);
   }
   if (two_phase_) return write_across();
@@ -345,23 +343,6 @@ Status Worker::write_across() {
   Status s = two_phase_->commit();
   if (!s) engine_.lock_next_walk();
   return s;
-}
-
-// Decided once a batch, before its retries; logged when it changes.
-bool Worker::lanes_for_this_batch() {
-  if (lanes_.empty()) return false;
-  if (workers_on_store_ == nullptr) return true;
-  const std::size_t workers = workers_on_store_->load(std::memory_order_relaxed);
-  const std::size_t lanes = workers <= 1 ? lanes_.size() : 1;
-  if (lanes != lanes_logged_) {
-    lanes_logged_ = lanes;
-    if (lanes > 1) {
-      spdlog::info("store lanes: {} (the only live worker on the store)", lanes);
-    } else {
-      spdlog::info("store lanes: 1 ({} live workers share the store)", workers);
-    }
-  }
-  return lanes > 1;
 }
 
 // A batch's partitions, the busiest first, each to the lane with the fewest

@@ -47,11 +47,6 @@ struct WorkerIo {
   // parts run as concurrent transactions (worker.cpp, write_lanes). Only
   // for a store that takes concurrent writers (PostgreSQL).
   std::vector<std::unique_ptr<Ledger>> lane_ledgers;
-  // When set, the lanes run only while this count of live workers on the
-  // store (WorkerRegistration) is at most 1: a pool sharing one server ran
-  // as fast or faster with one lane a worker, at less of the server's CPU a
-  // transfer (bench/REPORT.md, "The thirty-sixth session").
-  const std::atomic<std::size_t>* workers_on_store = nullptr;
 };
 
 class Worker final : private DeliveryListener {
@@ -147,7 +142,6 @@ class Worker final : private DeliveryListener {
   // transfer's whole saga in one transaction on each store, committed
   // together (TwoPhaseBatch).
   Status write_across();
-  bool lanes_for_this_batch();
   void split_into_lanes();
   Status write_lanes();
   Status recover();
@@ -192,9 +186,6 @@ class Worker final : private DeliveryListener {
   std::vector<TransferDoc> claimed_;
   std::vector<std::unique_ptr<Ledger>> lane_ledgers_;
   std::vector<Lane> lanes_;  // empty: one transaction per batch
-  const std::atomic<std::size_t>* workers_on_store_ = nullptr;
-  bool in_lanes_ = false;         // this batch is split over lanes_
-  std::size_t lanes_logged_ = 0;  // what the log last said (0: nothing yet)
   std::vector<std::pair<std::int32_t, std::size_t>> partition_lane_;
   std::string outcome_json_;
   RequestView invalid_;  // what parse_request could read of an invalid request
