@@ -1586,10 +1586,12 @@ class PgStore final : public Store {
     const std::string_view state = pg::sqlstate_of(r);
     std::string message =
         "postgresql " + display_ + ": " + op + ": " + pg::describe(r, conn_.get());
-    const pg::Failure failure = pg::classify(state, bad, on_unique == OnUnique::retry);
+    pg::Failure failure = pg::classify(state, bad, on_unique == OnUnique::retry);
+    if (failure == pg::Failure::definition_changed && !replan_allowed(message)) failure = pg::Failure::fatal;
     if (scope_ != Scope::none) return scope_failure(failure, std::move(message));
     switch (failure) {
-      case pg::Failure::connection: {
+      case pg::Failure::connection:
+      case pg::Failure::definition_changed: {
         spdlog::warn("{}; reconnecting", message);
         conn_.reset();
         backoff_ = std::chrono::milliseconds(0);
@@ -1617,6 +1619,22 @@ class PgStore final : public Store {
     return Status::fatal(message);
   }
 
+  // An expand that changed a row type under a waiting call: reconnect and
+  // run again, once a minute; more often it is no expand but a schema this
+  // build does not match, and stays fatal.
+  bool replan_allowed(std::string& message) {
+    constexpr auto kOncePer = std::chrono::minutes(1);
+    const auto now = Clock::now();
+    if (definition_changed_at_ != Clock::time_point() && now - definition_changed_at_ < kOncePer) {
+      message += " (again within a minute: not an expand's passing change)";
+      return false;
+    }
+    definition_changed_at_ = now;
+    message += " (a definition changed under the call, as an expand does: it runs again on a "
+               "fresh connection)";
+    return true;
+  }
+
   // Inside a scope the whole transaction is gone with any failure: nothing
   // is retried or reconnected here, the scope is marked failed (every later
   // call fails at once) and the caller rolls back and runs the batch again.
@@ -1624,6 +1642,7 @@ class PgStore final : public Store {
     scope_ = Scope::failed;
     switch (failure) {
       case pg::Failure::connection:
+      case pg::Failure::definition_changed:
         conn_.reset();  // the next call outside the scope reconnects
         backoff_ = std::chrono::milliseconds(0);
         next_connect_at_ = Clock::time_point();
@@ -1959,6 +1978,7 @@ class PgStore final : public Store {
   std::bitset<pg::kSqlCount> prepared_;
   std::chrono::milliseconds backoff_{0};
   Clock::time_point next_connect_at_{};
+  Clock::time_point definition_changed_at_{};  // the last replan_allowed
   std::string last_connect_error_;
   bool in_scan_ = false;
   enum class Scope : std::uint8_t { none, open, failed };

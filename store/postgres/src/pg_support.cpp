@@ -147,6 +147,7 @@ Failure classify(std::string_view sqlstate, bool connection_bad, bool unique_mea
   // saga_settle_apply, saga_walk_move: a walk no longer stands (functions.sql).
   if (sqlstate == "SGW01") return Failure::retry_stage;
   if (sqlstate == "23505" && unique_means_applied) return Failure::already_applied;
+  if (sqlstate == "42804" || sqlstate == "42P13") return Failure::definition_changed;
   if (connection_bad) return Failure::connection;
   return Failure::fatal;
 }

@@ -116,6 +116,11 @@ enum class Failure : std::uint8_t {
   retry_call,       // 40001 serialization failure, 40P01 deadlock, 55P03 lock timeout, 57014
   retry_stage,      // the server is short of resources (53*): leave it to recovery
   already_applied,  // 23505 on a write whose caller says duplicates mean "done"
+  // 42804 datatype mismatch, 42P13 bad function definition: what a call
+  // planned before an expand changed a row type it returns meets once the
+  // expand's lock is granted (docs/RELIABILITY.md); a fresh connection plans
+  // it anew. PgStore allows it once a minute a connection, else fatal.
+  definition_changed,
   fatal,            // anything else: a bug, a schema mismatch, corrupted data
 };
 
