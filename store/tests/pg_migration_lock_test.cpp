@@ -181,7 +181,8 @@ TEST_F(PgMigrationLocks, ABatchPlannedBeforeTheExpandChangedItsRowTypeRunsAgain)
   const Status first = read_across_a_new_column("extra_1");
   ASSERT_FALSE(first.is_ok()) << "the read did not meet the changed row type: nothing reproduced";
   EXPECT_NE(first.kind(), ErrorKind::fatal) << first.message();
-  EXPECT_NE(first.message().find("a definition changed under the call"), std::string::npos) << first.message();
+  EXPECT_NE(first.message().find("a definition changed under the call"), std::string::npos)
+      << first.message();
   SAGA_EXPECT_OK(locked_read());  // what the worker does next
   ASSERT_TRUE(read[0].has_value());
   EXPECT_EQ(read[0]->balance, 100);
