@@ -24,6 +24,9 @@ constexpr int kUnsettledRetries = 3;
 // The published imbalance is dropped when no reading has confirmed it for
 // this long (or 5 intervals, if longer): better no value than an old one.
 constexpr auto kImbalanceExpiry = 5min;
+// The store gauges' TTL grows with the pool up to this many stats_ttl (10 s
+// by default): the alert rules wait minutes, a dashboard no longer than that.
+constexpr std::size_t kPoolShareMax = 10;
 
 prometheus::MetricFamily gauge_family(const char* name, const char* help) {
   prometheus::MetricFamily f;
@@ -113,7 +116,12 @@ void StoreCollector::refresh_stats_locked(Clock::time_point now) const {
   }
   const auto done = Clock::now();
   stats_.asked = done;
-  stats_.ttl = std::max<Clock::duration>(options_.stats_ttl, 10 * (done - now));
+  // Under a backlog the query walks many unfinished transfers (15-30 ms at
+  // full load, bench/REPORT.md, "The thirty-eighth session"): with each
+  // worker asking once a stats_ttl, the server's cost grew with the pool.
+  const std::size_t pool = options_.pool_size != nullptr ? options_.pool_size->load(std::memory_order_relaxed) : 1;
+  const auto share = options_.stats_ttl * static_cast<long>(std::clamp<std::size_t>(pool, 1, kPoolShareMax));
+  stats_.ttl = std::max<Clock::duration>(share, 10 * (done - now));
   if (!s) {
     stats_.valid = false;
     note_error_locked("stats", s, done);

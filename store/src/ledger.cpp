@@ -117,7 +117,7 @@ Status Ledger::older_workers(std::int64_t unregistered_gone_after_ms,
   std::set<std::string, std::less<>> registered;
   for (const WorkerRecord& w : workers) {
     const std::int64_t silent_ms = now - w.heartbeat_ms;
-    const bool live = silent_ms <= kWorkerGoneLeases * w.lease_ms;
+    const bool live = worker_live(w, now);
     if (live) registered.insert(w.worker_id);
     if (!live || w.schema_version >= kSchemaVersion) continue;
     out.push_back("worker " + w.worker_id + " (build " + w.build_version + ", revision " +

@@ -48,7 +48,7 @@ int run_workers(Ledger& ledger) {
     const std::int64_t silent = now - w.heartbeat_ms;
     std::cout << w.worker_id << "  build " << w.build_version << "  revision " << w.git_revision
               << "  schema " << w.schema_version << "  heartbeat " << format_duration_ms(silent)
-              << " ago" << (silent > kWorkerGoneLeases * w.lease_ms ? " (gone)" : "") << '\n';
+              << " ago" << (worker_live(w, now) ? "" : " (gone)") << '\n';
   }
   return kExitOk;
 }

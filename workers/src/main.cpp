@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
     StoreCollectorOptions copts;
     copts.store_urls = stores;
     copts.imbalance_interval = std::chrono::milliseconds(*imbalance_ms);
+    copts.pool_size = &registration->live_workers();
     if (Status s = StoreCollector::open(copts, probe, collector); !s) return bad(s.message());
     Consumer::set_stats_listener(&consumer_probe);
     const auto startup_grace = std::chrono::milliseconds(*broker_ms) + kLivenessTimeout;

@@ -31,6 +31,7 @@ WorkerRegistration::WorkerRegistration(std::unique_ptr<Store> store, WorkerRecor
     : store_(std::move(store)),
       record_(std::move(record)),
       interval_(std::max<std::int64_t>(record_.lease_ms / 3, 100)) {
+  count_live_workers();
   thread_ = std::thread([this] { heartbeat(); });
 }
 
@@ -39,8 +40,24 @@ void WorkerRegistration::heartbeat() {
   while (!wake_.wait_for(lock, interval_, [this] { return stop_; })) {
     if (Status s = store_->register_worker(record_); !s) {
       spdlog::warn("worker registry heartbeat: {}", s.message());
+      continue;
     }
+    count_live_workers();
   }
+}
+
+// A failed read keeps the last count: it only steers the lanes.
+void WorkerRegistration::count_live_workers() {
+  std::int64_t now = 0;
+  Status s = store_->now_ms(now);
+  if (s) s = store_->list_workers(listed_);
+  if (!s) {
+    spdlog::warn("counting the workers in the registry: {}", s.message());
+    return;
+  }
+  const auto live = std::count_if(listed_.begin(), listed_.end(),
+                                  [now](const WorkerRecord& w) { return worker_live(w, now); });
+  live_workers_.store(static_cast<std::size_t>(live), std::memory_order_relaxed);
 }
 
 WorkerRegistration::~WorkerRegistration() {

@@ -11,8 +11,11 @@
 //   transfers only); and saga_prepared_batches and
 //   saga_oldest_prepared_batch_timestamp_seconds, per store that can
 //   prepare (one read of its prepared transactions each). Cached together for
-//   max(stats_ttl, 10 x their last duration), so scrapes and readiness probes
-//   cost each store at most one such query per TTL.
+//   max(stats_ttl x the workers sharing the store (at most 10), 10 x their
+//   last duration), so scrapes and readiness probes cost each store at most
+//   one such query per TTL, and a pool about one per stats_ttl whatever its
+//   size: every worker reports the same store, and the alert rules take the
+//   pool's max.
 // - saga_ledger_imbalance: needs every account, so it is never read on the
 //   scrape path. A background thread takes a reading when scrapes ask for a
 //   value older than imbalance_interval (stretched to 20 x the last
@@ -42,6 +45,9 @@ namespace sagapool {
 struct StoreCollectorOptions {
   std::vector<std::string> store_urls;
   std::chrono::milliseconds stats_ttl{1000};
+  // The live workers on the store, this one included (WorkerRegistration);
+  // unset or 0 counts as 1.
+  const std::atomic<std::size_t>* pool_size = nullptr;
   std::chrono::milliseconds imbalance_interval{15'000};
   // /readyz: the store counts as reachable when it answered this recently.
   std::chrono::milliseconds ready_window{5000};

@@ -456,6 +456,9 @@ struct WorkerRecord {
   std::int64_t heartbeat_ms = 0;  // set by the store
 };
 inline constexpr std::int64_t kWorkerGoneLeases = 3;
+inline bool worker_live(const WorkerRecord& w, std::int64_t store_now_ms) {
+  return store_now_ms - w.heartbeat_ms <= kWorkerGoneLeases * w.lease_ms;
+}
 
 // Workers announce themselves; `sagactl migrate --contract` reads who is
 // live before it removes what older builds need.
