@@ -8,7 +8,7 @@ from .console import note
 from .machine import Machine
 from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, MOCK_TRANSFERS_MAX, PARTITIONS,
                       PG_FLOOR_BATCH, PG_FLOOR_CLIENTS, RUN_S, SPEED_CLIENTS, STEADY_AFTER_MS, SUSTAINED_S,
-                      WORKER_BATCH, Options)
+                      MOCK_HALF_LOAD_MAX, WORKER_BATCH, Options, half_load_n)
 from .results import Results
 
 MARKER = "<!-- Hand-written below this line: bench/run.py keeps everything after it. -->"
@@ -169,7 +169,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
       "(one store or two shards), "
       f"{thousands(f.run_n.get('sqlite'))} on SQLite{calibrated};")
     w(f"on saga-broker at most {thousands(MOCK_TRANSFERS_MAX)}, as its retention of 5 MiB per partition allows "
-      "(so only the real-Kafka runs are sustained).")
+      f"(so only the real-Kafka runs are sustained), and at half load at most {thousands(MOCK_HALF_LOAD_MAX)}.")
     w("")
     if drift is not None and drift > SPEED_DRIFT_MAX:
         w(f"**The host's speed drifted during this run**: a plain ACID transfer cost up to {drift:.2f} × the CPU "
@@ -252,7 +252,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     for config, rate in f.half_rates:
         prefix, _, which = config.partition("-")
         broker = "real Kafka" if prefix == "halfk" else "saga-broker"
-        w(f"| ({which}) at half load, {broker}: {thousands(rate)}/s offered for {o.half_s} s; latency after its first "
+        seconds = half_load_n(rate, o.half_s, "kafka" if prefix == "halfk" else "mock") / max(rate, 1)
+        w(f"| ({which}) at half load, {broker}: {thousands(rate)}/s offered for {seconds:.0f} s; latency after its first "
           f"{steady_s} s | zipf | {thousands(med(config, 'tput'))} | {fmt(med(config, 's50'))} ms | "
           f"{fmt(med(config, 's99'))} ms | {fmt(med(config, 'cpu'), 3)} | {rss_mib(results.max(config, 'rss'))} MiB |")
     w("")
@@ -356,7 +357,8 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
       "--overdraw-ratio 0 --unknown-ratio 0   # Zipf")
     w("saga-producer --brokers <bootstrap> --file uniform.jsonl   # uniform: N valid requests, accounts drawn "
       "uniformly (awk, seed 7)")
-    w(f"saga-producer ... --rate <half of the median Zipf transfers/s on the same broker>   # half load, for {o.half_s} s")
+    w(f"saga-producer ... --rate <half of the median Zipf transfers/s on the same broker>   # half load, for {o.half_s} s "
+      f"(on saga-broker at most {thousands(MOCK_HALF_LOAD_MAX)} requests)")
     w("prometheus --config.file <scrape_interval 1s; file_sd: the run's workers>   # once for the bench")
     w("sagactl --store <store> audit   # after the workers drained (SIGTERM, exit 0)")
     w(f"bench/sqlite_floor.py <copy of the SQLite ledger> --accounts {ACCOUNTS} --transfers <N> "

@@ -17,7 +17,8 @@ from . import ledgers, measure
 from .budget import Budget
 from .console import Fatal, note, say, show_tail
 from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, PARTITIONS, PG_FLOOR_BATCH, PG_FLOOR_CLIENTS,
-                      SPEED_CLIENTS, STEADY_AFTER_MS, MOCK_TRANSFERS_MAX, WORKER_BATCH, Options, run_size)
+                      SPEED_CLIENTS, STEADY_AFTER_MS, MOCK_TRANSFERS_MAX, WORKER_BATCH, Options, half_load_n,
+                      run_size)
 from .results import Results
 from .servers import Kafka, Postgres, Prometheus, start_saga_broker
 from .session import Session, free_port, nproc, run_checked
@@ -542,7 +543,8 @@ class Bench:
             if not b.rep_ok(rep, end, "the half-load runs"):
                 break
             for config, store, broker, rate in half:
-                self.saga_run(config, rep, store, "zipf", o.workers, max(rate * o.half_s, 1000), rate, broker)
+                self.saga_run(config, rep, store, "zipf", o.workers, half_load_n(rate, o.half_s, broker), rate,
+                              broker)
         self.phase("(f)", f"(f) the SQLite floor: bare SQL, {WORKER_BATCH:,} and {FLOOR_BATCH_MAX:,} "
                    f"transfers per commit ({self.elapsed()})")
         end = b.phase_end(98)

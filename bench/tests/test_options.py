@@ -150,5 +150,13 @@ class EntryPoint(unittest.TestCase):
         self.assertIn("no saga-worker", err)
 
 
+class HalfLoad(unittest.TestCase):
+    def test_saga_broker_runs_stop_at_its_retention_and_real_kafka_runs_do_not(self):
+        self.assertEqual(options.half_load_n(30_000, 20, "mock"), 600_000)
+        self.assertEqual(options.half_load_n(50_744, 20, "mock"), options.MOCK_HALF_LOAD_MAX)
+        self.assertEqual(options.half_load_n(50_744, 20, "kafka"), 1_014_880)
+        self.assertEqual(options.half_load_n(10, 20, "mock"), 1000)
+
+
 if __name__ == "__main__":
     unittest.main()

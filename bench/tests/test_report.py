@@ -195,6 +195,13 @@ class Render(unittest.TestCase):
         self.assertEqual(rows[24], "| (c) at half load, real Kafka: 3,250/s offered for 20 s; latency after its "
                                    "first 2 s | zipf | 3,200 | 66 ms | 200 ms | 0.320 | 21 MiB |")
 
+    def test_half_load_on_saga_broker_says_how_long_its_retention_let_it_run(self):
+        f = facts()
+        f.half_rates = [("half-d", 50_000), ("halfk-d", 50_000)]
+        rows = [line for line in report.render(results(), f, None).splitlines() if line.startswith("| (") and "at half load" in line]
+        self.assertTrue(rows[0].startswith("| (d) at half load, saga-broker: 50,000/s offered for 16 s;"), rows[0])
+        self.assertTrue(rows[1].startswith("| (d) at half load, real Kafka: 50,000/s offered for 20 s;"), rows[1])
+
     def test_every_run(self):
         rows = self.section("## Every run")
         self.assertEqual(len(rows), 2 + 27)
