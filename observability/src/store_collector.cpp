@@ -119,7 +119,8 @@ void StoreCollector::refresh_stats_locked(Clock::time_point now) const {
   // Under a backlog the query walks many unfinished transfers (15-30 ms at
   // full load, bench/REPORT.md, "The thirty-eighth session"): with each
   // worker asking once a stats_ttl, the server's cost grew with the pool.
-  const std::size_t pool = options_.pool_size != nullptr ? options_.pool_size->load(std::memory_order_relaxed) : 1;
+  const std::size_t pool =
+      options_.pool_size != nullptr ? options_.pool_size->load(std::memory_order_relaxed) : 1;
   const auto share = options_.stats_ttl * static_cast<long>(std::clamp<std::size_t>(pool, 1, kPoolShareMax));
   stats_.ttl = std::max<Clock::duration>(share, 10 * (done - now));
   if (!s) {
