@@ -251,8 +251,9 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
           f"{fmt(med(config, 'p99'))} ms | {fmt(med(config, 'cpu'), 3)} | {rss} |")
     for config, rate in f.half_rates:
         prefix, _, which = config.partition("-")
-        broker = "real Kafka" if prefix == "halfk" else "saga-broker"
-        seconds = half_load_n(rate, o.half_s, "kafka" if prefix == "halfk" else "mock") / max(rate, 1)
+        kafka = prefix == "halfk"
+        broker = "real Kafka" if kafka else "saga-broker"
+        seconds = half_load_n(rate, o.half_s, "kafka" if kafka else "mock") / max(rate, 1)
         w(f"| ({which}) at half load, {broker}: {thousands(rate)}/s offered for {seconds:.0f} s; latency after its first "
           f"{steady_s} s | zipf | {thousands(med(config, 'tput'))} | {fmt(med(config, 's50'))} ms | "
           f"{fmt(med(config, 's99'))} ms | {fmt(med(config, 'cpu'), 3)} | {rss_mib(results.max(config, 'rss'))} MiB |")

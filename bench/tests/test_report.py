@@ -198,7 +198,8 @@ class Render(unittest.TestCase):
     def test_half_load_on_saga_broker_says_how_long_its_retention_let_it_run(self):
         f = facts()
         f.half_rates = [("half-d", 50_000), ("halfk-d", 50_000)]
-        rows = [line for line in report.render(results(), f, None).splitlines() if line.startswith("| (") and "at half load" in line]
+        rows = [line for line in report.render(results(), f, None).splitlines()
+                if line.startswith("| (") and "at half load" in line]
         self.assertTrue(rows[0].startswith("| (d) at half load, saga-broker: 50,000/s offered for 16 s;"), rows[0])
         self.assertTrue(rows[1].startswith("| (d) at half load, real Kafka: 50,000/s offered for 20 s;"), rows[1])
 

@@ -46,15 +46,16 @@ void WorkerRegistration::heartbeat() {
   }
 }
 
-// A failed read keeps the last count: it only steers the lanes.
+// A failed read keeps the last count: it only spaces the store gauges'
+// reads. The store's time is the newest heartbeat listed, this worker's
+// own just written, so counting costs one round trip.
 void WorkerRegistration::count_live_workers() {
-  std::int64_t now = 0;
-  Status s = store_->now_ms(now);
-  if (s) s = store_->list_workers(listed_);
-  if (!s) {
+  if (Status s = store_->list_workers(listed_); !s) {
     spdlog::warn("counting the workers in the registry: {}", s.message());
     return;
   }
+  std::int64_t now = 0;
+  for (const WorkerRecord& w : listed_) now = std::max(now, w.heartbeat_ms);
   const auto live = std::count_if(listed_.begin(), listed_.end(),
                                   [now](const WorkerRecord& w) { return worker_live(w, now); });
   live_workers_.store(static_cast<std::size_t>(live), std::memory_order_relaxed);

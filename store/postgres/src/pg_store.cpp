@@ -1587,11 +1587,13 @@ class PgStore final : public Store {
     std::string message =
         "postgresql " + display_ + ": " + op + ": " + pg::describe(r, conn_.get());
     pg::Failure failure = pg::classify(state, bad, on_unique == OnUnique::retry);
-    if (failure == pg::Failure::definition_changed && !replan_allowed(message)) failure = pg::Failure::fatal;
+    // A definition changed under the call: a lost connection, or fatal.
+    if (failure == pg::Failure::definition_changed) {
+      failure = replan_allowed(message) ? pg::Failure::connection : pg::Failure::fatal;
+    }
     if (scope_ != Scope::none) return scope_failure(failure, std::move(message));
     switch (failure) {
-      case pg::Failure::connection:
-      case pg::Failure::definition_changed: {
+      case pg::Failure::connection: {
         spdlog::warn("{}; reconnecting", message);
         conn_.reset();
         backoff_ = std::chrono::milliseconds(0);
@@ -1610,6 +1612,7 @@ class PgStore final : public Store {
         // A concurrent writer applied the same record first; repeating the
         // call reports it per record (duplicate, already_posted, ...).
         return Status::retry_call(message);
+      case pg::Failure::definition_changed:  // translated above; never here
       case pg::Failure::fatal:
         if (state == "42P01" || state == "42883") {
           message += " (is the schema initialised? run `sagactl init`)";
@@ -1642,7 +1645,6 @@ class PgStore final : public Store {
     scope_ = Scope::failed;
     switch (failure) {
       case pg::Failure::connection:
-      case pg::Failure::definition_changed:
         conn_.reset();  // the next call outside the scope reconnects
         backoff_ = std::chrono::milliseconds(0);
         next_connect_at_ = Clock::time_point();
@@ -1652,6 +1654,7 @@ class PgStore final : public Store {
       case pg::Failure::retry_stage:
       case pg::Failure::already_applied:
         return Status::retry_stage(message + " (the batch transaction is rolled back)");
+      case pg::Failure::definition_changed:  // failure() translates it first
       case pg::Failure::fatal:
         if (message.find("SQLSTATE 42P01") != std::string::npos ||
             message.find("SQLSTATE 42883") != std::string::npos) {
