@@ -79,7 +79,8 @@ class CreditWriter {
     ++batches_;
     std::error_code ec;
     const std::uintmax_t size = std::filesystem::file_size(wal_, ec);
-    return ec ? 0 : size;
+    if (!ec) size_ = size;  // unreadable: the last size, never a false start-over
+    return size_;
   }
   int batches() const { return batches_; }
 
@@ -92,6 +93,7 @@ class CreditWriter {
   std::vector<LegRequest> legs_ = std::vector<LegRequest>(kBatch);
   std::vector<LegResult> results_ = std::vector<LegResult>(kBatch);
   int batches_ = 0;
+  std::uintmax_t size_ = 0;
 };
 
 // Where the store tries to start the log over: 32,768 frames of 4 KiB pages.
@@ -122,7 +124,7 @@ TEST(SqliteStore, LogStartsOverUnderSustainedWritesWhileReadersComeAndGo) {
 
 // A reader that holds its snapshot past the threshold makes the restart's
 // wait time out; once it lets go, the next try comes 32 MiB later, not
-// another 128 MiB (each later try that times out waits twice as long).
+// another 128 MiB (after each later timeout twice as much later, up to 128).
 TEST(SqliteStore, ARestartThatTimedOutIsTriedAgainSoon) {
   TempDir dir("sagapool-wal");
   const std::string path = (dir.path() / "store.db").string();
