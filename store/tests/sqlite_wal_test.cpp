@@ -133,6 +133,8 @@ TEST(SqliteStore, ARestartThatTimedOutIsTriedAgainSoon) {
   ASSERT_EQ(sqlite3_open_v2(path.c_str(), &held, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(held, "BEGIN; SELECT count(*) FROM accounts", nullptr, nullptr, nullptr),
             SQLITE_OK);
+  // Without readers coming and going a PASSIVE checkpoint would let the
+  // next commit start the log over by itself, retry or not.
   OverlappingReaders readers(path);
   std::uintmax_t size = 0;
   while (size < kRestartBytes && !testing::Test::HasFailure()) size = writer.commit();
