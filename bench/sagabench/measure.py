@@ -120,6 +120,15 @@ def pgbench_result(out: str) -> tuple[float, int] | None:
     return float(tps.group(1)), int(n.group(1))
 
 
+def floor_cpu_per_1k(parts: Iterable[tuple[int, float]], per_transaction: int) -> float:
+    """CPU seconds per 1,000 transfers of a floor whose every transaction
+    runs on each of several servers: the sum of each server's CPU over its
+    own transactions (transactions, CPU seconds). A server that ran ahead
+    of the others pays for its extra batches itself, so none of its CPU is
+    charged to the batches all of them finished."""
+    return sum(cpu / (n * per_transaction) for n, cpu in parts) * 1000
+
+
 def pgbench_latencies(logs: Iterable[Path]) -> tuple[str, str]:
     """p50 and p99 in ms ("%.1f", or "NaN") of pgbench's per-transaction
     logs, whose third column is a transaction's latency in microseconds."""

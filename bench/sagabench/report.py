@@ -301,7 +301,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w(f"  the one-store ledger, {2 * o.workers} transactions in flight as (c)'s lanes), or at once on both servers")
     w(f"  (copies of the shards, {o.workers} in flight on each as (g)'s workers), the legs on the server of their")
     w("  account and the transfers' rows on the first. No cross-shard protocol. A batch counts when every server")
-    w("  committed it; the faster server's extra batches are in its CPU, so the two-server CPU is an upper bound.")
+    w("  committed it; CPU per transfer is each server's (with its pgbench) over its own batches, summed.")
     w("- **sustained**: a run's span (first request to last outcome) cut in three; the transfers")
     w("  finished in its last third over those finished in its first (\"last ÷ first third\" in \"Every run\").")
     w("- **scrapes/s**: a real Prometheus scrapes every worker's /metrics once a second throughout;")

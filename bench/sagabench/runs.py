@@ -152,8 +152,8 @@ class Bench:
         if log:
             argv += ["-l", "--log-prefix", folder / "tx"]
         argv += ["-f", self.bench_dir / script, self.pg.url("sagapool")]
-        [(tps, n)], cpu_s = self.run_pgbench([(argv, folder / "out")], [self.pg],
-                                             f"pgbench {script} (clients {clients})")
+        [(tps, n)], [cpu_s] = self.run_pgbench([(argv, folder / "out")], [self.pg],
+                                               f"pgbench {script} (clients {clients})")
         p50 = p99 = "NaN"
         if log:
             logs = sorted(folder.glob("tx.*"))
@@ -163,14 +163,15 @@ class Bench:
         return tps, n, cpu_s, p50, p99
 
     def run_pgbench(self, runs: list[tuple[list, Path]], servers: list[Postgres],
-                    what: str) -> tuple[list[tuple[float, int]], float]:
+                    what: str) -> tuple[list[tuple[float, int]], list[float]]:
         """pgbench runs side by side to their ends, each one's output in its
-        path: each run's (tps, transactions), and the CPU seconds of every
-        pgbench and every process of `servers`."""
-        server_t0 = sum(server.ticks() for server in servers)
+        path, the i-th run against servers[i]: each run's (tps,
+        transactions), and each run's CPU seconds, its pgbench's and every
+        process of its server's."""
+        server_t0 = [server.ticks() for server in servers]
         procs = [self.s.procs.start(argv, out) for argv, out in runs]
         waited = [self.s.procs.wait_with_usage(proc) for proc in procs]
-        server_ticks = sum(server.ticks() for server in servers) - server_t0
+        server_s = [(server.ticks() - t0) / measure.TICKS_PER_S for server, t0 in zip(servers, server_t0)]
         results = []
         for (code, _), (_, out) in zip(waited, runs):
             text = out.read_text(errors="replace")
@@ -182,7 +183,7 @@ class Bench:
                 print(text)
                 raise Fatal(f"{what}: no result")
             results.append(result)
-        return results, server_ticks / measure.TICKS_PER_S + sum(u.ru_utime + u.ru_stime for _, u in waited)
+        return results, [s + u.ru_utime + u.ru_stime for s, (_, u) in zip(server_s, waited)]
 
     def pgbench_config(self, label: str, script: str, zipf: int) -> None:
         """Probes the client counts, then REPS runs at the best."""
@@ -415,8 +416,7 @@ class Bench:
         on fresh copies of the templates, `clients` transactions in flight
         on each, for as long as (a)'s runs. A batch is done when every
         server committed it, so transfers/s is the slowest server's; the
-        others' extra batches are in the CPU, which makes the CPU per
-        transfer of several servers an upper bound."""
+        CPU per transfer is each server's over its own batches."""
         database = f"floor_{self._run_seq}"
         self._run_seq += 1
         for server, template, _ in targets:
@@ -430,8 +430,9 @@ class Bench:
              for i, (server, _, home) in enumerate(targets)],
             servers, f"{config} run {rep}: pgbench bench/pg_floor.sql")
         busy = str(window)
-        tps, n = min(r[0] for r in counts), min(r[1] for r in counts)
-        tput, cpu = f"{tps * PG_FLOOR_BATCH:.0f}", f"{cpu_s / (n * PG_FLOOR_BATCH) * 1000:.3f}"
+        tps = min(r[0] for r in counts)
+        tput = f"{tps * PG_FLOOR_BATCH:.0f}"
+        cpu = f"{measure.floor_cpu_per_1k(((r[1], c) for r, c in zip(counts, cpu_s)), PG_FLOOR_BATCH):.3f}"
         self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s), "-", "-", busy)
         where = "" if len(targets) == 1 else f" on each of {len(targets)} servers"
         note(f"{config} run {rep}: {' and '.join(str(r[1]) for r in counts)} transactions of {PG_FLOOR_BATCH} "

@@ -112,6 +112,12 @@ tps = 8294.512345 (without initial connection time)
             self.assertEqual(measure.pgbench_latencies([a, b]), ("5.1", "10.0"))
             self.assertEqual(measure.pgbench_latencies([]), ("NaN", "NaN"))
 
+    def test_floor_cpu_counts_each_server_over_its_own_transactions(self):
+        # one server: 100 transactions of 2,500 in 5 s of CPU
+        self.assertAlmostEqual(measure.floor_cpu_per_1k([(100, 5.0)], 2500), 0.02)
+        # two servers, one 1.5 x ahead: 0.02 + 0.02, not 10 s over the slower one's 100
+        self.assertAlmostEqual(measure.floor_cpu_per_1k([(100, 5.0), (150, 7.5)], 2500), 0.04)
+
     def test_dd(self):
         report = "300+0 records in\n300+0 records out\n2457600 bytes (2.5 MB, 2.3 MiB) copied, 0.0512 s, 48.0 MB/s\n"
         self.assertEqual(measure.dd_seconds(report), 0.0512)
