@@ -122,10 +122,10 @@ def pgbench_result(out: str) -> tuple[float, int] | None:
 
 def floor_cpu_per_1k(parts: Iterable[tuple[int, float]], per_transaction: int) -> float:
     """CPU seconds per 1,000 transfers of a floor whose every transaction
-    runs on each of several servers: the sum of each server's CPU over its
-    own transactions (transactions, CPU seconds). A server that ran ahead
-    of the others pays for its extra batches itself, so none of its CPU is
-    charged to the batches all of them finished."""
+    runs on each of several servers, from each server's (transactions, CPU
+    seconds): the sum of each one's CPU over its own transactions. A server
+    that ran ahead pays for its extra transactions itself, not the ones
+    every server finished."""
     return sum(cpu / (n * per_transaction) for n, cpu in parts) * 1000
 
 

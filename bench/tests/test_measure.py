@@ -115,7 +115,7 @@ tps = 8294.512345 (without initial connection time)
     def test_floor_cpu_counts_each_server_over_its_own_transactions(self):
         # one server: 100 transactions of 2,500 in 5 s of CPU
         self.assertAlmostEqual(measure.floor_cpu_per_1k([(100, 5.0)], 2500), 0.02)
-        # two servers, one 1.5 x ahead: 0.02 + 0.02, not 10 s over the slower one's 100
+        # two servers, one 1.5 x ahead: 0.02 + 0.02, not 12.5 s over the slower one's 100 (0.05)
         self.assertAlmostEqual(measure.floor_cpu_per_1k([(100, 5.0), (150, 7.5)], 2500), 0.04)
 
     def test_dd(self):
