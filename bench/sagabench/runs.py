@@ -432,7 +432,7 @@ class Bench:
         busy = str(window)
         tps = min(r[0] for r in counts)
         tput = f"{tps * PG_FLOOR_BATCH:.0f}"
-        cpu = f"{measure.floor_cpu_per_1k(((r[1], c) for r, c in zip(counts, cpu_s)), PG_FLOOR_BATCH):.3f}"
+        cpu = f"{measure.floor_cpu_per_1k([(n, c) for (_, n), c in zip(counts, cpu_s)], PG_FLOOR_BATCH):.3f}"
         self.results.add(config, rep, tput, "-", "-", cpu, "-", "-", "-", str(self.opts.pgbench_s), "-", "-", busy)
         where = "" if len(targets) == 1 else f" on each of {len(targets)} servers"
         note(f"{config} run {rep}: {' and '.join(str(r[1]) for r in counts)} transactions of {PG_FLOOR_BATCH} "
