@@ -331,8 +331,10 @@ Status SagaEngine::settle_pending(std::vector<SagaItem>& items) {
 // batch run again after moves that did not stand, reads them locked.
 Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
   bool lock = std::exchange(lock_next_walk_, false);
+  const bool cached = !lock && walks_uncached_ == 0;
+  if (walks_uncached_ > 0) --walks_uncached_;
   for (;;) {
-    if (Status s = load_snapshot(items, lock); !s) return s;
+    if (Status s = load_snapshot(items, lock, cached && !lock); !s) return s;
     if (pending_.empty()) return Status::retry_stage("the accounts could not be read");  // dropped by load_snapshot
     if (lock || std::all_of(snaps_.begin(), snaps_.end(), [](const AccountSnap& a) { return a.exists; })) break;
     lock = true;
@@ -410,12 +412,25 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
     }
     src.write_reserved -= r.amount;  // released, or given back by the reversal
   }
-  // Every account read, moved or not: each is locked and checked with the moves.
+  // Every account read, moved or not: each is locked and checked with the
+  // moves. The cache keeps each as the walk leaves it, but an account with a
+  // refused leg, whose move stands only on the row exactly as read: the
+  // next walk reads it.
   for (const AccountSnap& a : snaps_) {
     if (!a.exists) continue;
     if (a.write_reserved != a.reserved) return Status::fatal("engine: a walk left account " + std::string(a.id) + "'s reservation changed");
     walk_[a.shard].balances.push_back({a.id, a.balance, a.write_balance, a.reserved, a.min_balance, a.currency,
                                        a.locked, a.low, a.reserved_high, a.sum_high, a.refused});
+    if (a.refused) {
+      walk_cache_.forget(a.id, a.hash);
+      continue;
+    }
+    Account& known = walk_cache_.put(a.id, a.hash);
+    known.balance = a.write_balance;
+    known.reserved = a.reserved;
+    known.min_balance = a.min_balance;
+    known.currency.assign(a.currency);
+    known.locked = a.locked;
   }
   for (std::size_t s = 0; s < walk_.size(); ++s) {
     const WalkWrites& w = walk_[s];
@@ -435,11 +450,13 @@ Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
 // at the end, listed with its shard for the reads.
 std::uint32_t SagaEngine::slot_of(std::string_view id) {
   const std::size_t mask = slot_index_.size() - 1;
-  for (std::size_t h = std::hash<std::string_view>{}(id) & mask;; h = (h + 1) & mask) {
+  const std::size_t hash = std::hash<std::string_view>{}(id);
+  for (std::size_t h = hash & mask;; h = (h + 1) & mask) {
     std::uint32_t& entry = slot_index_[h];
     if (entry == 0) {
       AccountSnap& a = snaps_.emplace_back();
       a.id = id;
+      a.hash = hash;
       a.shard = static_cast<std::uint32_t>(ledger_.shard_index(id));
       entry = static_cast<std::uint32_t>(snaps_.size());
       snapshot_ids_[a.shard].push_back(id);
@@ -449,7 +466,7 @@ std::uint32_t SagaEngine::slot_of(std::string_view id) {
   }
 }
 
-Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
+Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock, bool cached) {
   snaps_.clear();
   item_slots_.clear();
   for (auto& ids : snapshot_ids_) ids.clear();
@@ -459,6 +476,27 @@ Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock) {
   slot_index_.assign(capacity, 0);
   for (std::size_t i : pending_) item_slots_.push_back({slot_of(items[i].source), slot_of(items[i].destination)});
   const auto started = Clock::now();
+  if (cached) {  // what the cache holds is not read
+    for (std::size_t s = 0; s < snapshot_ids_.size(); ++s) {
+      std::size_t kept = 0;
+      for (std::size_t j = 0; j < snapshot_ids_[s].size(); ++j) {
+        AccountSnap& a = snaps_[snapshot_slots_[s][j]];
+        if (const Account* known = walk_cache_.find(a.id, a.hash)) {
+          a.exists = true;
+          a.locked = known->locked;
+          a.balance = known->balance;
+          a.reserved = known->reserved;
+          a.min_balance = known->min_balance;
+          a.currency.assign(known->currency);
+          continue;
+        }
+        snapshot_ids_[s][kept] = snapshot_ids_[s][j];
+        snapshot_slots_[s][kept++] = snapshot_slots_[s][j];
+      }
+      snapshot_ids_[s].resize(kept);
+      snapshot_slots_[s].resize(kept);
+    }
+  }
   // Across stores the first store comes last: the walk's moves lock the
   // others with their PREPAREs and the first with its COMMIT, so a walk
   // that reads locked takes them in that order too (batches never wait on

@@ -1097,9 +1097,10 @@ class ReadLog final : public sim::FaultHooks {
   std::size_t store_;
 };
 
-// Walked first, locked last: the accounts are read unlocked; locked when
-// one has no row, and for the batch after one that failed. Either way the
-// first store comes last, as the moves lock it last.
+// Walked first, locked last: the accounts are read unlocked, but for those
+// the engine's last walks left known; locked when one has no row, and for
+// the batch after one that failed. Either way the first store comes last,
+// as the moves lock it last.
 TEST(AcrossStores, AccountsAreReadLockedOnlyForAnUnknownAccountOrAfterAFailedBatch) {
   std::vector<std::string> log;
   ReadLog first(log, 0), second(log, 1);
@@ -1131,17 +1132,90 @@ TEST(AcrossStores, AccountsAreReadLockedOnlyForAnUnknownAccountOrAfterAFailedBat
   };
   run({{"t-1", a, b, 10, ""}});
   EXPECT_EQ(log, (std::vector<std::string>{"1:read_accounts", "0:read_accounts"}));
-  const std::vector<SagaItem> unknown = run({{"t-2", a, ghost, 10, ""}});
-  EXPECT_EQ(log, (std::vector<std::string>{"1:read_accounts", "0:read_accounts", "1:load_accounts",
-                                           "0:load_accounts"}));
+  const std::vector<SagaItem> unknown = run({{"t-2", a, ghost, 10, ""}});  // a known
+  EXPECT_EQ(log, (std::vector<std::string>{"1:read_accounts", "1:load_accounts", "0:load_accounts"}));
   EXPECT_EQ(unknown[0].reason, Reason::unknown_account);
   engine.lock_next_walk();
   run({{"t-3", a, b, 10, ""}});
   EXPECT_EQ(log, (std::vector<std::string>{"1:load_accounts", "0:load_accounts"}));
-  run({{"t-4", a, b, 10, ""}});
+  run({{"t-4", a, b, 10, ""}});  // read, as the walks after a failed batch are
   EXPECT_EQ(log, (std::vector<std::string>{"1:read_accounts", "0:read_accounts"}));
   EXPECT_EQ(balance(*ledger, a), 70);
   EXPECT_EQ(balance(*ledger, b), 30);
+  EXPECT_TRUE(audit_passes(*ledger));
+}
+
+// What a walk left known may have moved since, under another worker. Where
+// that changes no verdict the moves stand on the rows as they are; where it
+// does, they do not, and the batch runs again on the accounts read locked,
+// ending as it would one transfer at a time. An account with a refused leg
+// is read again by the next walk.
+TEST(AcrossStores, AWalkOnAccountsMovedSinceItsEngineLastSawThemEndsAsOneByOne) {
+  std::vector<std::string> log;
+  ReadLog first(log, 0), second(log, 1);
+  ReadLog* hooks[] = {&first, &second};
+  std::vector<std::unique_ptr<Store>> stores;
+  auto clock = std::make_shared<sim::WallClock>();
+  for (ReadLog* h : hooks) {
+    sim::MemoryOptions o;
+    o.prepare = true;
+    stores.push_back(std::make_unique<sim::FaultStore>(sim::connect(sim::make_memory_db(clock, o)), *h));
+  }
+  std::unique_ptr<Ledger> ledger = Ledger::from_stores(std::move(stores));
+  ASSERT_TRUE(ledger->init().is_ok());
+  const std::string a = id_on_shard(*ledger, "a", 0), b = id_on_shard(*ledger, "b", 1);
+  ASSERT_TRUE(create_accounts(*ledger, {{a, 100}, {b, 0}}).is_ok());
+  SagaEngine mine(*ledger, {"worker-1", kLeaseMs, 5}, nullptr);
+  SagaEngine other(*ledger, {"worker-2", kLeaseMs, 5}, nullptr);
+  // One attempt at a batch, as Worker::write_across makes it.
+  auto attempt = [&](SagaEngine& engine, const std::string& owner, const Req& req, SagaItem& item) {
+    log.clear();
+    TwoPhaseBatch batch(*ledger, owner);
+    item = fresh_item(req);
+    std::vector<SagaItem> items{item};
+    Status s = batch.begin();
+    if (s) s = insert(*ledger, {req}, owner);
+    if (s) s = engine.run_across(items);
+    if (s) s = batch.commit();
+    if (!s) {
+      batch.rollback();
+      engine.lock_next_walk();
+    }
+    item = items[0];
+    return s;
+  };
+  SagaItem item;
+  ASSERT_TRUE(attempt(mine, "worker-1", {"t-1", a, b, 10, ""}, item).is_ok());
+  EXPECT_EQ(log, (std::vector<std::string>{"1:read_accounts", "0:read_accounts"}));
+  ASSERT_TRUE(attempt(mine, "worker-1", {"t-2", a, b, 10, ""}, item).is_ok());
+  EXPECT_TRUE(log.empty());  // both known: a at 80
+  EXPECT_EQ(item.state, S::done);
+  ASSERT_TRUE(attempt(other, "worker-2", {"t-3", a, b, 30, ""}, item).is_ok());
+  EXPECT_EQ(balance(*ledger, a), 50);
+  // a at 80 as known, 50 as it is: no verdict changes, the moves stand.
+  ASSERT_TRUE(attempt(mine, "worker-1", {"t-4", a, b, 40, ""}, item).is_ok());
+  EXPECT_TRUE(log.empty());
+  EXPECT_EQ(item.state, S::done);
+  EXPECT_EQ(balance(*ledger, a), 10);
+  // a at 40 as known, 10 as it is: the debit of 20 would overdraw it.
+  const Req t5{"t-5", a, b, 20, ""};
+  EXPECT_EQ(attempt(mine, "worker-1", t5, item).kind(), ErrorKind::retry_stage);
+  EXPECT_TRUE(log.empty());
+  EXPECT_FALSE(load(*ledger, "t-5").has_value());  // the batch rolled back whole
+  EXPECT_EQ(balance(*ledger, a), 10);
+  ASSERT_TRUE(attempt(mine, "worker-1", t5, item).is_ok());
+  EXPECT_EQ(log, (std::vector<std::string>{"1:load_accounts", "0:load_accounts"}));
+  EXPECT_EQ(item.state, S::canceled);
+  EXPECT_EQ(item.reason, Reason::insufficient_funds);
+  // A third engine, new: a, refused, is read again; b is known.
+  SagaEngine third(*ledger, {"worker-3", kLeaseMs, 5}, nullptr);
+  ASSERT_TRUE(attempt(third, "worker-3", {"t-6", a, b, 50, ""}, item).is_ok());
+  EXPECT_EQ(item.reason, Reason::insufficient_funds);
+  ASSERT_TRUE(attempt(third, "worker-3", {"t-7", a, b, 10, ""}, item).is_ok());
+  EXPECT_EQ(log, (std::vector<std::string>{"0:read_accounts"}));
+  EXPECT_EQ(item.state, S::done);
+  EXPECT_EQ(balance(*ledger, a), 0);
+  EXPECT_EQ(balance(*ledger, b), 100);
   EXPECT_TRUE(audit_passes(*ledger));
 }
 

@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "sagapool/account_cache.hpp"
 #include "sagapool/domain.hpp"
 #include "sagapool/ledger.hpp"
 #include "sagapool/status.hpp"
@@ -98,8 +99,9 @@ class SagaEngine {
   // Several stores, each with a scope the caller opened (the first holding
   // the batch's inserts), all of which can prepare (Store::supports_prepare):
   // runs every item whole, in batch order, as one store's settle_sagas does.
-  // Each store reads the batch's accounts it holds (read_accounts, or
-  // load_accounts, locked, after lock_next_walk or for an unknown account);
+  // Each store reads the batch's accounts it holds (read_accounts, but for
+  // those the last walks left known in walk_cache_; or load_accounts,
+  // locked, after lock_next_walk or for an unknown account);
   // the sagas are walked here over what they read; each store is sent what
   // they write there (write_walk), its moves locking the accounts last. The
   // caller then prepares the other stores' scopes and commits the first
@@ -109,7 +111,12 @@ class SagaEngine {
   // The next run_across reads its accounts locked from the start, instead
   // of locking them with its writes: after a batch whose moves did not
   // stand (the accounts changed meanwhile), so that it cannot fail again.
-  void lock_next_walk() { lock_next_walk_ = true; }
+  // The walks after it read their accounts from the stores, not from
+  // walk_cache_, until kWalksUncached have run.
+  void lock_next_walk() {
+    lock_next_walk_ = true;
+    walks_uncached_ = kWalksUncached;
+  }
 
   // Several stores, before run_in_scope in a scope the caller opened on the
   // first (holding the batch's inserts): moves to `rest`, in batch order,
@@ -126,6 +133,7 @@ class SagaEngine {
   __extension__ typedef __int128 WideAmount;
   struct AccountSnap {
     std::string_view id;      // an item's source or destination
+    std::size_t hash = 0;     // std::hash of id
     std::uint32_t shard = 0;  // ledger_.shard_index(id)
     bool exists = false;
     bool locked = false;
@@ -156,7 +164,8 @@ class SagaEngine {
   Status step_legs(std::vector<SagaItem>& items);
   Status settle_pending(std::vector<SagaItem>& items);
   Status walk_across(std::vector<SagaItem>& items);
-  Status load_snapshot(std::vector<SagaItem>& items, bool lock = true);
+  // `cached`: only the accounts walk_cache_ does not hold are read.
+  Status load_snapshot(std::vector<SagaItem>& items, bool lock = true, bool cached = false);
   std::uint32_t slot_of(std::string_view id);
   void plan_wave(std::vector<SagaItem>& items);
   Status post_wave(std::vector<SagaItem>& items);
@@ -222,6 +231,12 @@ class SagaEngine {
   bool scoped_ = false;        // this run is one transaction on the only store
   bool across_ = false;        // ... or one on each store (run_across)
   bool lock_next_walk_ = false;
+  // walk_across's accounts as its last walks left them. 2^18 slots (about
+  // 30 MiB, only in a worker with several stores) hold a ledger of 100,000
+  // accounts whole; a larger one keeps its accounts walked last.
+  static constexpr int kWalksUncached = 64;  // after a failed batch: its accounts may be contended
+  AccountCache walk_cache_{std::size_t{1} << 18};
+  int walks_uncached_ = 0;
   bool store_failed_ = false;  // a store call failed during this run
 };
 
