@@ -693,14 +693,17 @@ BEGIN
   IF coalesce(cardinality(p_id), 0) = 0 THEN
     RETURN;
   END IF;
-  IF (SELECT saga_settle_move(array_agg(x.id ORDER BY x.id), array_agg(x.bal ORDER BY x.id),
-          array_agg(x.bal0 ORDER BY x.id), array_agg(x.res0 ORDER BY x.id),
-          array_agg(x.min ORDER BY x.id), array_agg(x.cur ORDER BY x.id),
-          array_agg(x.locked ORDER BY x.id), array_agg(x.low ORDER BY x.id),
-          array_agg(x.res ORDER BY x.id), array_agg(x.sum::numeric ORDER BY x.id),
-          array_agg(nullif(x.refused, false) ORDER BY x.id))
-        FROM unnest(p_id, p_bal0, p_bal, p_res0, p_min, p_cur, p_locked, p_low, p_res, p_sum, p_refused)
-          AS x(id, bal0, bal, res0, min, cur, locked, low, res, sum, refused)) <> cardinality(p_id) THEN
+  -- One sort, not one per array (as in saga_apply_legs): ordered by id in
+  -- the subquery, which the server never flattens (it has ORDER BY), so the
+  -- aggregates read its rows in that order. Eleven sorts made this the
+  -- costliest call of a walk across stores (bench/REPORT.md, "The
+  -- forty-first session").
+  IF (SELECT saga_settle_move(array_agg(x.id), array_agg(x.bal), array_agg(x.bal0), array_agg(x.res0),
+          array_agg(x.min), array_agg(x.cur), array_agg(x.locked), array_agg(x.low), array_agg(x.res),
+          array_agg(x.sum::numeric), array_agg(nullif(x.refused, false)))
+        FROM (SELECT * FROM unnest(p_id, p_bal0, p_bal, p_res0, p_min, p_cur, p_locked, p_low, p_res,
+                  p_sum, p_refused) AS u(id, bal0, bal, res0, min, cur, locked, low, res, sum, refused)
+                ORDER BY u.id) x) <> cardinality(p_id) THEN
     RAISE EXCEPTION 'a walk across stores no longer stands on its accounts as locked; the batch runs again'
       USING ERRCODE = 'SGW01';
   END IF;
