@@ -694,7 +694,8 @@ BEGIN
     RETURN;
   END IF;
   -- One sort, not one per array (as in saga_apply_legs): ordered by id in
-  -- the subquery, which the server never flattens (it has ORDER BY), so the
+  -- the subquery, which the server never flattens (it has ORDER BY) and
+  -- never runs in parallel (saga_settle_move is parallel unsafe), so the
   -- aggregates read its rows in that order. Eleven sorts made this the
   -- costliest call of a walk across stores (bench/REPORT.md, "The
   -- forty-first session").
