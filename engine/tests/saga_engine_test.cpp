@@ -1097,22 +1097,32 @@ class ReadLog final : public sim::FaultHooks {
   std::size_t store_;
 };
 
+// Two memory stores that can prepare, their reads logged in `log`.
+struct LoggedStores {
+  std::vector<std::string> log;
+  ReadLog first{log, 0}, second{log, 1};
+  std::unique_ptr<Ledger> ledger;
+
+  LoggedStores() {
+    std::vector<std::unique_ptr<Store>> stores;
+    auto clock = std::make_shared<sim::WallClock>();
+    for (ReadLog* h : {&first, &second}) {
+      sim::MemoryOptions o;
+      o.prepare = true;
+      stores.push_back(std::make_unique<sim::FaultStore>(sim::connect(sim::make_memory_db(clock, o)), *h));
+    }
+    ledger = Ledger::from_stores(std::move(stores));
+  }
+};
+
 // Walked first, locked last: the accounts are read unlocked, but for those
 // the engine's last walks left known; locked when one has no row, and for
 // the batch after one that failed. Either way the first store comes last,
 // as the moves lock it last.
 TEST(AcrossStores, AccountsAreReadLockedOnlyForAnUnknownAccountOrAfterAFailedBatch) {
-  std::vector<std::string> log;
-  ReadLog first(log, 0), second(log, 1);
-  ReadLog* hooks[] = {&first, &second};
-  std::vector<std::unique_ptr<Store>> stores;
-  auto clock = std::make_shared<sim::WallClock>();
-  for (ReadLog* h : hooks) {
-    sim::MemoryOptions o;
-    o.prepare = true;
-    stores.push_back(std::make_unique<sim::FaultStore>(sim::connect(sim::make_memory_db(clock, o)), *h));
-  }
-  std::unique_ptr<Ledger> ledger = Ledger::from_stores(std::move(stores));
+  LoggedStores logged;
+  std::vector<std::string>& log = logged.log;
+  std::unique_ptr<Ledger>& ledger = logged.ledger;
   ASSERT_TRUE(ledger->init().is_ok());
   const std::string a = id_on_shard(*ledger, "a", 0), b = id_on_shard(*ledger, "b", 1),
                     ghost = id_on_shard(*ledger, "ghost", 1);
@@ -1151,17 +1161,9 @@ TEST(AcrossStores, AccountsAreReadLockedOnlyForAnUnknownAccountOrAfterAFailedBat
 // ending as it would one transfer at a time. An account with a refused leg
 // is read again by the next walk.
 TEST(AcrossStores, AWalkOnAccountsMovedSinceItsEngineLastSawThemEndsAsOneByOne) {
-  std::vector<std::string> log;
-  ReadLog first(log, 0), second(log, 1);
-  ReadLog* hooks[] = {&first, &second};
-  std::vector<std::unique_ptr<Store>> stores;
-  auto clock = std::make_shared<sim::WallClock>();
-  for (ReadLog* h : hooks) {
-    sim::MemoryOptions o;
-    o.prepare = true;
-    stores.push_back(std::make_unique<sim::FaultStore>(sim::connect(sim::make_memory_db(clock, o)), *h));
-  }
-  std::unique_ptr<Ledger> ledger = Ledger::from_stores(std::move(stores));
+  LoggedStores logged;
+  std::vector<std::string>& log = logged.log;
+  std::unique_ptr<Ledger>& ledger = logged.ledger;
   ASSERT_TRUE(ledger->init().is_ok());
   const std::string a = id_on_shard(*ledger, "a", 0), b = id_on_shard(*ledger, "b", 1);
   ASSERT_TRUE(create_accounts(*ledger, {{a, 100}, {b, 0}}).is_ok());
