@@ -2,47 +2,36 @@
 
 namespace sagapool {
 
-const Account* AccountCache::find(std::string_view id, std::size_t hash) const {
-  if (table_.empty()) return nullptr;
+AccountCache::Probe AccountCache::probe(std::string_view id, std::size_t hash) const {
   const std::size_t mask = table_.size() - 1;
   for (std::size_t k = 0; k < kProbes; ++k) {
-    const Entry& e = table_[(hash + k) & mask];
-    if (!e.used) return nullptr;
-    if (e.account.id == id) return e.valid ? &e.account : nullptr;
+    const std::size_t slot = (hash + k) & mask;
+    const std::string& there = table_[slot].account.id;
+    if (there.empty()) return {slot, false};
+    if (there == id) return {slot, true};
   }
-  return nullptr;
+  return {hash & mask, false};
 }
 
-// The slot holding id, else the first free one, else the first probed.
-AccountCache::Entry* AccountCache::slot_of(std::string_view id, std::size_t hash) {
-  if (table_.empty()) table_.resize(slots_);
-  const std::size_t mask = table_.size() - 1;
-  for (std::size_t k = 0; k < kProbes; ++k) {
-    Entry& e = table_[(hash + k) & mask];
-    if (!e.used || e.account.id == id) return &e;
-  }
-  return &table_[hash & mask];
+const Account* AccountCache::find(std::string_view id, std::size_t hash) const {
+  if (table_.empty()) return nullptr;
+  const Probe p = probe(id, hash);
+  return p.found && table_[p.slot].valid ? &table_[p.slot].account : nullptr;
 }
 
 Account& AccountCache::put(std::string_view id, std::size_t hash) {
-  Entry* e = slot_of(id, hash);
-  if (e->account.id != id) e->account.id.assign(id);  // assign: reuses the slot's buffer
-  e->used = true;
-  e->valid = true;
-  return e->account;
+  if (table_.empty()) table_.resize(slots_);
+  const Probe p = probe(id, hash);
+  Entry& e = table_[p.slot];
+  if (!p.found) e.account.id.assign(id);  // assign: reuses the slot's buffer
+  e.valid = true;
+  return e.account;
 }
 
 void AccountCache::forget(std::string_view id, std::size_t hash) {
   if (table_.empty()) return;
-  const std::size_t mask = table_.size() - 1;
-  for (std::size_t k = 0; k < kProbes; ++k) {
-    Entry& e = table_[(hash + k) & mask];
-    if (!e.used) return;
-    if (e.account.id == id) {
-      e.valid = false;
-      return;
-    }
-  }
+  const Probe p = probe(id, hash);
+  if (p.found) table_[p.slot].valid = false;
 }
 
 }  // namespace sagapool

@@ -331,10 +331,10 @@ Status SagaEngine::settle_pending(std::vector<SagaItem>& items) {
 // batch run again after moves that did not stand, reads them locked.
 Status SagaEngine::walk_across(std::vector<SagaItem>& items) {
   bool lock = std::exchange(lock_next_walk_, false);
-  const bool cached = !lock && walks_uncached_ == 0;
+  const bool cached = walks_uncached_ == 0;
   if (walks_uncached_ > 0) --walks_uncached_;
   for (;;) {
-    if (Status s = load_snapshot(items, lock, cached && !lock); !s) return s;
+    if (Status s = load_snapshot(items, lock, cached); !s) return s;
     if (pending_.empty()) return Status::retry_stage("the accounts could not be read");  // dropped by load_snapshot
     if (lock || std::all_of(snaps_.begin(), snaps_.end(), [](const AccountSnap& a) { return a.exists; })) break;
     lock = true;
@@ -476,7 +476,7 @@ Status SagaEngine::load_snapshot(std::vector<SagaItem>& items, bool lock, bool c
   slot_index_.assign(capacity, 0);
   for (std::size_t i : pending_) item_slots_.push_back({slot_of(items[i].source), slot_of(items[i].destination)});
   const auto started = Clock::now();
-  if (cached) {  // what the cache holds is not read
+  if (cached && !lock) {  // what the cache holds is not read
     for (std::size_t s = 0; s < snapshot_ids_.size(); ++s) {
       std::size_t kept = 0;
       for (std::size_t j = 0; j < snapshot_ids_[s].size(); ++j) {

@@ -32,11 +32,16 @@ class AccountCache {
  private:
   static constexpr std::size_t kProbes = 8;
   struct Entry {
-    Account account;
-    bool used = false;   // holds an id (kept when forgotten, so a put finds its slot again)
-    bool valid = false;  // and its account
+    Account account;     // an empty id: a slot never used (no account has one)
+    bool valid = false;  // false once forgotten; the id stays, so a put finds its slot again
   };
-  Entry* slot_of(std::string_view id, std::size_t hash);
+  struct Probe {
+    std::size_t slot;
+    bool found;  // id is there
+  };
+  // Where id is, else where it would go: the first free slot probed, or
+  // with none free the first probed.
+  Probe probe(std::string_view id, std::size_t hash) const;
   std::size_t slots_;
   std::vector<Entry> table_;
 };

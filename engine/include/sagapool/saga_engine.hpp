@@ -164,7 +164,7 @@ class SagaEngine {
   Status step_legs(std::vector<SagaItem>& items);
   Status settle_pending(std::vector<SagaItem>& items);
   Status walk_across(std::vector<SagaItem>& items);
-  // `cached`: only the accounts walk_cache_ does not hold are read.
+  // `cached` (unless `lock`): only the accounts walk_cache_ does not hold are read.
   Status load_snapshot(std::vector<SagaItem>& items, bool lock = true, bool cached = false);
   std::uint32_t slot_of(std::string_view id);
   void plan_wave(std::vector<SagaItem>& items);
