@@ -49,11 +49,13 @@ def run_size(rate: float) -> int:
 # bench/tests/test_options.py checks them against the worker's source.
 WORKER_BATCH = 5000
 FLOOR_BATCH_MAX = 10_000
+# saga-worker's --store-lanes default on one PostgreSQL store: a batch runs
+# as that many transactions side by side (workers/src/main.cpp).
+PG_LANES = 2
 # The PostgreSQL floor (h) writes a lane's share of such a batch per
-# transaction (saga-worker splits each batch over --store-lanes, default 2,
-# transactions), with as many transactions in flight as (e)'s 1, 2 and 4
-# workers have (2 lanes each), and one alone.
-PG_FLOOR_BATCH = WORKER_BATCH // 2
+# transaction, with as many transactions in flight as (e)'s 1, 2 and 4
+# workers have (PG_LANES each), and one alone.
+PG_FLOOR_BATCH = WORKER_BATCH // PG_LANES
 PG_FLOOR_CLIENTS = (1, 2, 4, 8)
 # The host's speed, taken at each phase's start: CPU per (a) transfer, uniform,
 # with this many pgbench clients.

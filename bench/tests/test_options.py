@@ -29,6 +29,7 @@ class WorkerBatch(unittest.TestCase):
     def test_the_postgresql_floor_batch_is_a_lanes_share(self):
         cli = (Path(__file__).resolve().parents[2] / "workers" / "src" / "main.cpp").read_text()
         lanes = int(re.search(r"store_lanes = lanes_possible \? (\d+) : 1;", cli).group(1))
+        self.assertEqual(lanes, options.PG_LANES)
         self.assertEqual(options.PG_FLOOR_BATCH, options.WORKER_BATCH // lanes)
 
 

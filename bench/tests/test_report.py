@@ -140,6 +140,24 @@ class Render(unittest.TestCase):
                       "4 at a time | zipf | 15,500 | – ms | – ms | 0.090 | – |", text)
         self.assertIn('"h: PG floor, 8 at a time" 14900 8', report.chart_lines(r))
 
+    def test_scaling_that_falls_no_more_than_the_floor_is_blocked(self):
+        # 2 to 4 workers keep up to 4 and 8 transactions in flight (2 lanes each).
+        r = results()
+        r.rows = [row for row in r.rows if row.config != "e-4"]
+        r.add("e-4", 1, 47000, 900, 1800, "0.150", 51200, "-", "-", 70, "0.95", "1.00")
+        for clients, tput in ((1, 22000), (2, 25000), (4, 24000), (8, 22000)):
+            r.add(f"h-{clients}", 1, tput, "-", "-", "0.090", "-", "-", "-", 8)
+        postgres = facts(("--reps", "2", "--scale-store", "postgres"))
+        self.assertIn("(e) | 20,000 / 51,000 / 47,000; the PostgreSQL floor (h) with 1 / 2 / 4 / 8 transactions "
+                      "in flight: 22,000 / 25,000 / 24,000 / 22,000; the floor falls as much at 2 transactions in "
+                      "flight a worker | **blocked** |", report.render(r, postgres, None))
+        # 47,000 / 51,000 = 0.92 against the floor's 22,000 / 24,000 = 0.917: a deeper fall misses.
+        r.rows = [row for row in r.rows if row.config != "e-4"]
+        r.add("e-4", 1, 46000, 900, 1800, "0.150", 51200, "-", "-", 70, "0.95", "1.00")
+        self.assertIn("in flight: 22,000 / 25,000 / 24,000 / 22,000 | **missed** |", report.render(r, postgres, None))
+        # On SQLite the floor (h) is no reference for (e).
+        self.assertIn("(e) | 20,000 / 51,000 / 46,000 | **missed** |", report.render(r, facts(), None))
+
     def test_d_under_the_floor_is_blocked(self):
         r = results()
         for config in ("fx-uniform", "fx-zipf"):
