@@ -152,7 +152,7 @@ TEST_F(PostgresFault, StopDuringAnOutageLosesNothing) {
   transfers_ = cluster_.plan(600, 14);
   workers_.push_back(cluster_.start_worker("w0"));
   ASSERT_TRUE(eventually(
-      [&] { return read_file(cluster_.log_of("w0")).find("assigned") != std::string::npos; }, 30s))
+      [&] { return read_file(cluster_.log_of("w0")).find("assigned") != std::string::npos; }, 60s))
       << read_file(cluster_.log_of("w0"));
   cluster_.server(0).stop(PgServer::StopMode::fast);
   std::vector<std::pair<std::string, std::string>> messages;
