@@ -90,9 +90,7 @@ TEST(Backlog, OutcomesHeldUpByABrokerOutage) {
   workers.push_back(cluster.start_worker("w0", "", flags));
   workers.push_back(cluster.start_worker("w1", "", flags));
   for (const char* name : {"w0", "w1"}) {
-    ASSERT_TRUE(eventually(
-        [&] { return read_file(cluster.log_of(name)).find("assigned") != std::string::npos; }, 60s))
-        << read_file(cluster.log_of(name));
+    ASSERT_TRUE(cluster.joined(name)) << read_file(cluster.log_of(name));
   }
 
   broker.control("down 2");

@@ -165,6 +165,13 @@ class LedgerCluster {
     return Process::start(argv, log_of(name), env, /*die_with_parent=*/true);
   }
   std::filesystem::path log_of(const std::string& worker) const { return dir_ / (worker + ".log"); }
+  // The worker's log says it was assigned partitions: it joined the group.
+  // A join can take tens of seconds on a loaded host (it once took over
+  // 30 s on saga-broker, before any request was sent).
+  bool joined(const std::string& worker) const {
+    return eventually([&] { return read_file(log_of(worker)).find("assigned") != std::string::npos; },
+                      std::chrono::seconds(60));
+  }
   // Every worker's and Kafka node's log tail, for a failing test's output.
   std::string log_tails(std::size_t lines = 40) const { return test::log_tails(dir_.path(), lines); }
 

@@ -31,10 +31,7 @@ class KafkaFault : public ::testing::Test {
     }
     for (int i = 0; i < 3; ++i) {
       const std::string name = "w" + std::to_string(i);
-      ASSERT_TRUE(eventually(
-          [&] { return read_file(cluster_.log_of(name)).find("assigned") != std::string::npos; },
-          60s))
-          << read_file(cluster_.log_of(name));
+      ASSERT_TRUE(cluster_.joined(name)) << read_file(cluster_.log_of(name));
     }
     // Paced over ~10 s, keyed by id so every partition gets requests: the
     // faults land while requests still arrive.
