@@ -57,6 +57,8 @@ PG_LANES = 2
 # workers have (PG_LANES each), and one alone.
 PG_FLOOR_BATCH = WORKER_BATCH // PG_LANES
 PG_FLOOR_CLIENTS = (1, 2, 4, 8)
+# (e)'s pool sizes, in the order they run and the target compares them.
+SCALE_WORKERS = (1, 2, 4)
 # The host's speed, taken at each phase's start: CPU per (a) transfer, uniform,
 # with this many pgbench clients.
 SPEED_CLIENTS = 8

@@ -7,7 +7,7 @@ from pathlib import Path
 from .console import note
 from .machine import Machine
 from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, MOCK_TRANSFERS_MAX, PARTITIONS,
-                      PG_FLOOR_BATCH, PG_FLOOR_CLIENTS, PG_LANES, RUN_S, SPEED_CLIENTS, STEADY_AFTER_MS, SUSTAINED_S,
+                      PG_FLOOR_BATCH, PG_FLOOR_CLIENTS, PG_LANES, RUN_S, SCALE_WORKERS, SPEED_CLIENTS, STEADY_AFTER_MS, SUSTAINED_S,
                       MOCK_HALF_LOAD_MAX, WORKER_BATCH, Options, half_load_n)
 from .results import Results
 
@@ -22,7 +22,7 @@ what dominates each of (c) and (d), and what would move it.
 - (to be filled in)"""
 # Rows of "Figures" and bars of the chart, in this order where measured.
 CONFIGS = ("a-uniform", "a-zipf", "b-uniform", "b-zipf", "c-uniform", "c-zipf", "ck-uniform", "ck-zipf",
-           "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", "e-1", "e-2", "e-4", "g-uniform", "gf-1", "gf-2",
+           "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", *(f"e-{n}" for n in SCALE_WORKERS), "g-uniform", "gf-1", "gf-2",
            "f-uniform", "f-zipf", "fx-uniform", "fx-zipf", "fi-uniform", "fi-zipf",
            *(f"h-{n}" for n in PG_FLOOR_CLIENTS))
 
@@ -82,15 +82,15 @@ def _all(values, test) -> bool:
 
 
 def scaling_falls_with_the_floor(scale: list, pg_floor: list) -> bool:
-    """(e) on PostgreSQL (scale: 1, 2 and 4 workers) falls, and the floor (h)
+    """(e) on PostgreSQL (scale: SCALE_WORKERS) falls, and the floor (h)
     (pg_floor: PG_FLOOR_CLIENTS in flight) falls at least as much over each
     such step, at the transactions in flight of those workers' lanes: bare
     SQL on this server loses as much, so the target is out of reach here."""
     if any(map(_missing, scale)):
         return False
-    workers = dict(zip((1, 2, 4), map(float, scale)))
+    workers = dict(zip(SCALE_WORKERS, map(float, scale)))
     floor = dict(zip(PG_FLOOR_CLIENTS, pg_floor))
-    falls = [(a, b) for a, b in ((1, 2), (2, 4)) if workers[b] < workers[a]]
+    falls = [(a, b) for a, b in zip(SCALE_WORKERS, SCALE_WORKERS[1:]) if workers[b] < workers[a]]
     return bool(falls) and all(
         not _missing(floor.get(a * PG_LANES)) and not _missing(floor.get(b * PG_LANES))
         and workers[b] / workers[a] >= float(floor[b * PG_LANES]) / float(floor[a * PG_LANES])
@@ -215,7 +215,7 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w(f"| c/a ≥ 2 on real Kafka | uniform {ck_a[0]}, Zipf {ck_a[1]} | {verdict(_all(ck_a, lambda v: v >= 2))} |")
     w(f"| d ≥ 50,000 transfers/s on real Kafka | uniform {thousands(dk_u)}, Zipf {thousands(dk_z)}{blocked_text} | "
       f"{verdict(_all((dk_u, dk_z), lambda v: v >= 50000), under_floor)} |")
-    scale = [med(f"e-{n}", "tput") for n in (1, 2, 4)]
+    scale = [med(f"e-{n}", "tput") for n in SCALE_WORKERS]
     # The floor (h) is the store's own ceiling with as many transactions in
     # flight as (e)'s workers have: where it falls as much as (e), bare SQL
     # does no better, and the target is blocked.

@@ -17,7 +17,7 @@ from . import ledgers, measure
 from .budget import Budget
 from .console import Fatal, note, say, show_tail
 from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, PARTITIONS, PG_FLOOR_BATCH, PG_FLOOR_CLIENTS,
-                      SPEED_CLIENTS, STEADY_AFTER_MS, MOCK_TRANSFERS_MAX, WORKER_BATCH, Options, half_load_n,
+                      SCALE_WORKERS, SPEED_CLIENTS, STEADY_AFTER_MS, MOCK_TRANSFERS_MAX, WORKER_BATCH, Options, half_load_n,
                       run_size)
 from .results import Results
 from .servers import Kafka, Postgres, Prometheus, start_saga_broker
@@ -513,7 +513,7 @@ class Bench:
         for rep in range(1, o.reps + 1):
             if not b.rep_ok(rep, end, "(e)"):
                 break
-            for workers in (1, 2, 4):
+            for workers in SCALE_WORKERS:
                 self.saga_run(f"e-{workers}", rep, o.scale_store, "zipf", workers, self.run_n[o.scale_store], 0,
                               "kafka")
         end = b.phase_end(91)
