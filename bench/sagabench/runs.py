@@ -17,8 +17,8 @@ from . import ledgers, measure
 from .budget import Budget
 from .console import Fatal, note, say, show_tail
 from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, PARTITIONS, PG_FLOOR_BATCH, PG_FLOOR_CLIENTS,
-                      SCALE_WORKERS, SPEED_CLIENTS, STEADY_AFTER_MS, MOCK_TRANSFERS_MAX, WORKER_BATCH, Options, half_load_n,
-                      run_size)
+                      SCALE_WORKERS, SPEED_CLIENTS, STEADY_AFTER_MS, MOCK_TRANSFERS_MAX, WORKER_BATCH, Options,
+                      half_load_n, run_size)
 from .results import Results
 from .servers import Kafka, Postgres, Prometheus, start_saga_broker
 from .session import Session, free_port, nproc, run_checked
