@@ -7,8 +7,8 @@ from pathlib import Path
 from .console import note
 from .machine import Machine
 from .options import (ACCOUNTS, BALANCE, CALIBRATE_N, FLOOR_BATCH_MAX, MOCK_TRANSFERS_MAX, PARTITIONS,
-                      PG_FLOOR_BATCH, PG_FLOOR_CLIENTS, PG_LANES, RUN_S, SCALE_WORKERS, SPEED_CLIENTS, STEADY_AFTER_MS, SUSTAINED_S,
-                      MOCK_HALF_LOAD_MAX, WORKER_BATCH, Options, half_load_n)
+                      PG_FLOOR_BATCH, PG_FLOOR_CLIENTS, PG_LANES, RUN_S, SCALE_WORKERS, SPEED_CLIENTS,
+                      STEADY_AFTER_MS, SUSTAINED_S, MOCK_HALF_LOAD_MAX, WORKER_BATCH, Options, half_load_n)
 from .results import Results
 
 MARKER = "<!-- Hand-written below this line: bench/run.py keeps everything after it. -->"
@@ -22,8 +22,8 @@ what dominates each of (c) and (d), and what would move it.
 - (to be filled in)"""
 # Rows of "Figures" and bars of the chart, in this order where measured.
 CONFIGS = ("a-uniform", "a-zipf", "b-uniform", "b-zipf", "c-uniform", "c-zipf", "ck-uniform", "ck-zipf",
-           "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", *(f"e-{n}" for n in SCALE_WORKERS), "g-uniform", "gf-1", "gf-2",
-           "f-uniform", "f-zipf", "fx-uniform", "fx-zipf", "fi-uniform", "fi-zipf",
+           "d-uniform", "d-zipf", "dk-uniform", "dk-zipf", *(f"e-{n}" for n in SCALE_WORKERS),
+           "g-uniform", "gf-1", "gf-2", "f-uniform", "f-zipf", "fx-uniform", "fx-zipf", "fi-uniform", "fi-zipf",
            *(f"h-{n}" for n in PG_FLOOR_CLIENTS))
 
 
@@ -223,11 +223,13 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     pg_floor_text = "" if o.scale_store != "postgres" or all(map(_missing, pg_floor)) else (
         f"; the PostgreSQL floor (h) with {' / '.join(map(str, PG_FLOOR_CLIENTS))} transactions in flight: "
         f"{' / '.join(thousands(v) for v in pg_floor)}")
-    scale_met = not any(map(_missing, scale)) and float(scale[0]) <= float(scale[1]) <= float(scale[2])
+    scale_met = not any(map(_missing, scale)) and all(
+        float(a) <= float(b) for a, b in zip(scale, scale[1:]))
     scale_blocked = o.scale_store == "postgres" and scaling_falls_with_the_floor(scale, pg_floor)
     scale_blocked_text = (f"; the floor falls as much at {PG_LANES} transactions in flight a worker"
                           if scale_blocked else "")
-    w(f"| scaling on one {o.scale_name} store: transfers/s do not fall from 1 to 2 to 4 workers (e) | "
+    w(f"| scaling on one {o.scale_name} store: transfers/s do not fall from "
+      f"{' to '.join(map(str, SCALE_WORKERS))} workers (e) | "
       f"{' / '.join(thousands(v) for v in scale)}{pg_floor_text}{scale_blocked_text} | "
       f"{verdict(scale_met, scale_blocked)} |")
     g_tput = ratio(med("g-uniform", "tput"), ck_u)
@@ -315,8 +317,9 @@ def render(results: Results, f: Facts, existing: str | None) -> str:
     w("  their accounts locked in id order, two postings each, each account's balance and batch link once, the")
     w("  batch's link row, the transfers' rows")
     w("  in their final state. No checks, no outcomes to decide, no broker or worker on the machine;")
-    w(f"  {', '.join(map(str, PG_FLOOR_CLIENTS))} clients = transactions in flight ((e)'s 1, 2 and 4 workers run "
-      f"{PG_LANES} lanes each), {o.pgbench_s} s each. Scaling on PostgreSQL is **blocked** where (e) falls and")
+    w(f"  {', '.join(map(str, PG_FLOOR_CLIENTS))} clients = transactions in flight ((e)'s "
+      f"{', '.join(map(str, SCALE_WORKERS[:-1]))} and {SCALE_WORKERS[-1]} workers run {PG_LANES} lanes each), "
+      f"{o.pgbench_s} s each. Scaling on PostgreSQL is **blocked** where (e) falls and")
     w("  the floor falls at least as much over the same transactions in flight: bare SQL does no better there.")
     w("- **the two-shard floor (gf)**: `bench/pg_floor.sql` by pgbench, the (h) floor's rows for")
     w(f"  {thousands(PG_FLOOR_BATCH)} uniform transfers a transaction, where (g) keeps them: on one server (a copy of")
