@@ -243,6 +243,49 @@ TEST_F(PgTwoPhase, AMoveStandsOnARowThatChangedWhereItsChecksStillPass) {
   EXPECT_EQ(walk_rows(), "t-1:a:debit:100,t-1:b:credit:100||a=900,b=100,c=50");
 }
 
+// Moves lock their accounts in id order, whatever order the walk gives
+// them in (the store sends them sorted; saga_walk_move sorts what is not):
+// with a held by another scope, a walk that moves b, then a, waits on a
+// before it locks b. The walk's session plans as on a ledger of many
+// accounts, where the lock pass follows the moves' order (on three rows
+// the server would scan the table instead).
+TEST_F(PgTwoPhase, MovesLockTheirAccountsInIdOrderWhateverOrderTheyComeIn) {
+  sql("ALTER DATABASE " + db_ + " SET enable_seqscan = off");
+  sql("ALTER DATABASE " + db_ + " SET enable_hashjoin = off");
+  sql("ALTER DATABASE " + db_ + " SET enable_mergejoin = off");
+  const std::unique_ptr<Store> walker = open(url_);
+  ASSERT_NE(walker, nullptr);
+  ASSERT_NO_FATAL_FAILURE(lock(*s2_, {"a"}));
+  SAGA_ASSERT_OK(walker->begin_scope());
+  const BalanceMove reversed[] = {kMoves[1], kMoves[0]};
+  SAGA_ASSERT_OK(walker->write_walk(kPostings, kVoids, reversed));
+  auto commit = std::async(std::launch::async, [&] { return walker->end_scope(true); });
+  for (int i = 0; i < 500 && waiting() != 1; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(waiting(), 1);
+  EXPECT_TRUE(lockable("b"));
+  SAGA_ASSERT_OK(s2_->end_scope(false));
+  SAGA_EXPECT_OK(commit.get());
+  EXPECT_EQ(walk_rows(), kWalkWritten);
+}
+
+// Moves not in the server's id order (an older worker's, or ids that do not
+// collate as "C") are sorted by saga_walk_move, and stand or fail as
+// sorted ones do.
+TEST_F(PgTwoPhase, MovesOutOfIdOrderAreSortedByTheServer) {
+  const auto call = [](const std::string& b_from, const std::string& b_refused) {
+    return "SELECT saga_walk_move(ARRAY['b', 'a'], ARRAY[" + b_from + ", 1000]::bigint[], "
+           "ARRAY[100, 900]::bigint[], ARRAY[0, 0]::bigint[], ARRAY[0, 0]::bigint[], ARRAY['', ''], "
+           "ARRAY[false, false], ARRAY[NULL, 900]::bigint[], ARRAY[NULL, NULL]::bigint[], "
+           "ARRAY[100, NULL]::bigint[], ARRAY[" + b_refused + ", false])";
+  };
+  const RunResult stale = server_.psql(db_, call("5", "true"));  // b read at 5, refused for it
+  EXPECT_NE(stale.exit_code, 0);
+  EXPECT_NE(stale.output.find("no longer stands"), std::string::npos) << stale.output;
+  EXPECT_EQ(walk_rows(), kNothingWritten);
+  sql(call("0", "false"));
+  EXPECT_EQ(walk_rows(), "||a=900,b=100,c=50");
+}
+
 // Prepared, the walk is durable but invisible, and its accounts stay locked
 // after the session moved on; COMMIT PREPARED, from another session as
 // recovery would, makes it visible; finishing it again is a no-op.

@@ -1192,9 +1192,18 @@ class PgStore final : public Store {
     }
     if (balances.empty()) return Status::ok();
     if (Status s = ensure_prepared(Sql::walk_move); !s) return s;
+    // In byte order of the ids: the server's lock order where ids collate
+    // as "C", so saga_walk_move need not sort them (nor each statement's
+    // share apart from the others').
+    move_order_.resize(balances.size());
+    for (std::size_t i = 0; i < balances.size(); ++i) move_order_[i] = static_cast<std::uint32_t>(i);
+    std::sort(move_order_.begin(), move_order_.end(), [&](std::uint32_t x, std::uint32_t y) {
+      return balances[x].account_id < balances[y].account_id;
+    });
     for (std::size_t b = 0; b < balances.size(); b += kStatementMax) {
       ArrayLiteral id, from, to, reserved, min, currency, locked, low, reserved_high, sum_high, refused;
-      for (const BalanceMove& m : piece(balances, b)) {
+      for (const std::uint32_t k : piece(std::span<const std::uint32_t>(move_order_), b)) {
+        const BalanceMove& m = balances[k];
         id.text(m.account_id);
         from.int64(m.from);
         to.int64(m.to);
@@ -2001,6 +2010,7 @@ class PgStore final : public Store {
   // A walk of the open scope waits for its lock pass (saga_settle_apply).
   bool settle_deferred_ = false;
   std::vector<Params> walk_moves_;  // write_walk's, until PREPARE / COMMIT
+  std::vector<std::uint32_t> move_order_;  // write_walk's moves by id
   // The open scope ran a call that uses the session's temporary tables
   // (saga_scope_pending, saga_scope_settle): it cannot be prepared.
   bool scope_temp_ = false;
