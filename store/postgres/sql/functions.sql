@@ -693,6 +693,7 @@ DECLARE
   v_prev text;
   v_id text;
   v_sorted boolean := true;
+  v_moved bigint;
 BEGIN
   IF coalesce(cardinality(p_id), 0) = 0 THEN
     RETURN;
@@ -710,26 +711,24 @@ BEGIN
     v_prev := v_id;
   END LOOP;
   IF v_sorted THEN
-    IF saga_settle_move(p_id, p_bal, p_bal0, p_res0, p_min, p_cur, p_locked, p_low, p_res, p_sum::numeric[],
-                        array_replace(p_refused, false, NULL)) <> cardinality(p_id) THEN
-      RAISE EXCEPTION 'a walk across stores no longer stands on its accounts as locked; the batch runs again'
-        USING ERRCODE = 'SGW01';
-    END IF;
-    RETURN;
-  END IF;
-  -- Otherwise (another collation, or an older worker's moves) sorted here:
-  -- one sort, not one per array (as in saga_apply_legs). Ordered by id in
-  -- the subquery, which the server never flattens (it has ORDER BY) and
-  -- never runs in parallel (saga_settle_move is parallel unsafe), so the
-  -- aggregates read its rows in that order. Eleven sorts made this the
-  -- costliest call of a walk across stores (bench/REPORT.md, "The
-  -- forty-first session").
-  IF (SELECT saga_settle_move(array_agg(x.id), array_agg(x.bal), array_agg(x.bal0), array_agg(x.res0),
-          array_agg(x.min), array_agg(x.cur), array_agg(x.locked), array_agg(x.low), array_agg(x.res),
-          array_agg(x.sum::numeric), array_agg(nullif(x.refused, false)))
+    v_moved := saga_settle_move(p_id, p_bal, p_bal0, p_res0, p_min, p_cur, p_locked, p_low, p_res,
+                                p_sum::numeric[], array_replace(p_refused, false, NULL));
+  ELSE
+    -- Another collation, or an older worker's moves: one sort, not one per
+    -- array (as in saga_apply_legs). Ordered by id in the subquery, which
+    -- the server never flattens (it has ORDER BY) and never runs in
+    -- parallel (saga_settle_move is parallel unsafe), so the aggregates
+    -- read its rows in that order. Eleven sorts made this the costliest
+    -- call of a walk across stores (bench/REPORT.md, "The forty-first
+    -- session").
+    v_moved := (SELECT saga_settle_move(array_agg(x.id), array_agg(x.bal), array_agg(x.bal0),
+          array_agg(x.res0), array_agg(x.min), array_agg(x.cur), array_agg(x.locked), array_agg(x.low),
+          array_agg(x.res), array_agg(x.sum::numeric), array_agg(nullif(x.refused, false)))
         FROM (SELECT * FROM unnest(p_id, p_bal0, p_bal, p_res0, p_min, p_cur, p_locked, p_low, p_res,
                   p_sum, p_refused) AS u(id, bal0, bal, res0, min, cur, locked, low, res, sum, refused)
-                ORDER BY u.id) x) <> cardinality(p_id) THEN
+                ORDER BY u.id) x);
+  END IF;
+  IF v_moved <> cardinality(p_id) THEN
     RAISE EXCEPTION 'a walk across stores no longer stands on its accounts as locked; the batch runs again'
       USING ERRCODE = 'SGW01';
   END IF;
