@@ -1193,8 +1193,8 @@ class PgStore final : public Store {
     if (balances.empty()) return Status::ok();
     if (Status s = ensure_prepared(Sql::walk_move); !s) return s;
     // In byte order of the ids: the server's lock order where ids collate
-    // as "C", so saga_walk_move need not sort them (nor each statement's
-    // share apart from the others').
+    // as "C", so saga_walk_move need not sort them; and one order across
+    // the statements of a walk longer than one.
     move_order_.resize(balances.size());
     for (std::size_t i = 0; i < balances.size(); ++i) move_order_[i] = static_cast<std::uint32_t>(i);
     std::sort(move_order_.begin(), move_order_.end(), [&](std::uint32_t x, std::uint32_t y) {
