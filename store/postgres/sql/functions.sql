@@ -710,24 +710,23 @@ BEGIN
     END IF;
     v_prev := v_id;
   END LOOP;
-  IF v_sorted THEN
-    v_moved := saga_settle_move(p_id, p_bal, p_bal0, p_res0, p_min, p_cur, p_locked, p_low, p_res,
-                                p_sum::numeric[], array_replace(p_refused, false, NULL));
-  ELSE
+  IF NOT v_sorted THEN
     -- Another collation, or an older worker's moves: one sort, not one per
     -- array (as in saga_apply_legs). Ordered by id in the subquery, which
-    -- the server never flattens (it has ORDER BY) and never runs in
-    -- parallel (saga_settle_move is parallel unsafe), so the aggregates
-    -- read its rows in that order. Eleven sorts made this the costliest
-    -- call of a walk across stores (bench/REPORT.md, "The forty-first
-    -- session").
-    v_moved := (SELECT saga_settle_move(array_agg(x.id), array_agg(x.bal), array_agg(x.bal0),
-          array_agg(x.res0), array_agg(x.min), array_agg(x.cur), array_agg(x.locked), array_agg(x.low),
-          array_agg(x.res), array_agg(x.sum::numeric), array_agg(nullif(x.refused, false)))
-        FROM (SELECT * FROM unnest(p_id, p_bal0, p_bal, p_res0, p_min, p_cur, p_locked, p_low, p_res,
-                  p_sum, p_refused) AS u(id, bal0, bal, res0, min, cur, locked, low, res, sum, refused)
-                ORDER BY u.id) x);
+    -- the server never flattens (it has ORDER BY) and cannot scan in
+    -- parallel (it reads only a function), so the aggregates read its rows
+    -- in that order. Eleven sorts made this the costliest call of a walk
+    -- across stores (bench/REPORT.md, "The forty-first session").
+    SELECT array_agg(u.id), array_agg(u.bal0), array_agg(u.bal), array_agg(u.res0), array_agg(u.min),
+        array_agg(u.cur), array_agg(u.locked), array_agg(u.low), array_agg(u.res), array_agg(u.sum),
+        array_agg(u.refused)
+      INTO p_id, p_bal0, p_bal, p_res0, p_min, p_cur, p_locked, p_low, p_res, p_sum, p_refused
+      FROM (SELECT * FROM unnest(p_id, p_bal0, p_bal, p_res0, p_min, p_cur, p_locked, p_low, p_res,
+                p_sum, p_refused) AS u(id, bal0, bal, res0, min, cur, locked, low, res, sum, refused)
+              ORDER BY u.id) u;
   END IF;
+  v_moved := saga_settle_move(p_id, p_bal, p_bal0, p_res0, p_min, p_cur, p_locked, p_low, p_res,
+                              p_sum::numeric[], array_replace(p_refused, false, NULL));
   IF v_moved <> cardinality(p_id) THEN
     RAISE EXCEPTION 'a walk across stores no longer stands on its accounts as locked; the batch runs again'
       USING ERRCODE = 'SGW01';
