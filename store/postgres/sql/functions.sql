@@ -693,7 +693,6 @@ DECLARE
   v_prev text;
   v_id text;
   v_sorted boolean := true;
-  v_moved bigint;
 BEGIN
   IF coalesce(cardinality(p_id), 0) = 0 THEN
     RETURN;
@@ -725,9 +724,8 @@ BEGIN
                 p_sum, p_refused) AS u(id, bal0, bal, res0, min, cur, locked, low, res, sum, refused)
               ORDER BY u.id) u;
   END IF;
-  v_moved := saga_settle_move(p_id, p_bal, p_bal0, p_res0, p_min, p_cur, p_locked, p_low, p_res,
-                              p_sum::numeric[], array_replace(p_refused, false, NULL));
-  IF v_moved <> cardinality(p_id) THEN
+  IF saga_settle_move(p_id, p_bal, p_bal0, p_res0, p_min, p_cur, p_locked, p_low, p_res,
+                      p_sum::numeric[], array_replace(p_refused, false, NULL)) <> cardinality(p_id) THEN
     RAISE EXCEPTION 'a walk across stores no longer stands on its accounts as locked; the batch runs again'
       USING ERRCODE = 'SGW01';
   END IF;
